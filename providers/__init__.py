@@ -1,0 +1,1 @@
+"""Cloud adapters. Each speaks one cloud's API and makes no decisions."""

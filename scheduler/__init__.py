@@ -1,0 +1,1 @@
+"""spotwise scheduler: decisions and state (config, catalog, placement, budgets, the loop)."""
