@@ -1,0 +1,127 @@
+"""Budgets as pure arithmetic: windows, headroom, what may launch and what must stop.
+
+Spend is accrued per attempt from the price actually paid. A hard budget is never overrun: the
+daemon launches nothing that cannot run for at least one accrual interval (plus the time it takes
+to stop) inside the headroom, and stops running work before the next interval would cross it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+
+class Window(StrEnum):
+    DAY = "day"
+    WEEK = "week"
+    MONTH = "month"
+    TOTAL = "total"
+
+
+def window_start(window: Window, now: datetime) -> datetime | None:
+    """Start of the window containing `now` (UTC calendar), None for 'total'."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if window is Window.DAY:
+        return day
+    if window is Window.WEEK:
+        return day - timedelta(days=day.weekday())
+    if window is Window.MONTH:
+        return day.replace(day=1)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRule:
+    name: str
+    scope: str  # "global" | "team:NAME" | "job:NAME"
+    limit_usd: float
+    window: Window = Window.MONTH
+    hard: bool = True
+
+    def applies_to(self, job_name: str, team: str) -> bool:
+        if self.scope == "global":
+            return True
+        kind, _, value = self.scope.partition(":")
+        return (kind == "team" and value == team) or (kind == "job" and value == job_name)
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """One attempt's paid time: price x (end - start); end None = still running."""
+
+    job_name: str
+    team: str
+    price_per_hour: float
+    start: datetime
+    end: datetime | None
+
+
+def spent_in_window(rule: BudgetRule, spends: Iterable[Spend], now: datetime) -> float:
+    """USD paid inside the rule's current window by the jobs it covers (running ones up to now)."""
+    start = window_start(rule.window, now)
+    total = 0.0
+    for s in spends:
+        if not rule.applies_to(s.job_name, s.team):
+            continue
+        a = s.start if start is None else max(s.start, start)
+        b = min(s.end or now, now)
+        if b > a:
+            total += s.price_per_hour * (b - a).total_seconds() / 3600.0
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetStatus:
+    rule: BudgetRule
+    spent: float
+    burn_per_hour: float  # price per hour of the running attempts it covers
+
+    @property
+    def headroom(self) -> float:
+        return max(0.0, self.rule.limit_usd - self.spent)
+
+    def projected(self, hours: float) -> float:
+        return self.spent + self.burn_per_hour * hours
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent >= self.rule.limit_usd
+
+
+def status(rule: BudgetRule, spends: Sequence[Spend], now: datetime) -> BudgetStatus:
+    burn = sum(
+        s.price_per_hour for s in spends if s.end is None and rule.applies_to(s.job_name, s.team)
+    )
+    return BudgetStatus(rule, spent_in_window(rule, spends, now), burn)
+
+
+def max_affordable_price(
+    statuses: Iterable[BudgetStatus], job_name: str, team: str, hold_hours: float
+) -> tuple[float | None, str]:
+    """Highest $/h a new attempt may cost so every hard budget covering it survives `hold_hours`.
+
+    `hold_hours` is one accrual interval plus the time to stop (checkpoint) a job: the least time
+    a launched attempt will certainly be paid for before the daemon can react.
+    Returns (None, "") when no hard budget applies.
+    """
+    best: float | None = None
+    name = ""
+    for st in statuses:
+        if not st.rule.hard or not st.rule.applies_to(job_name, team):
+            continue
+        room = st.rule.limit_usd - st.spent - st.burn_per_hour * hold_hours
+        price = max(0.0, room) / hold_hours
+        if best is None or price < best:
+            best, name = price, st.rule.name
+    return best, name
+
+
+def must_stop(st: BudgetStatus, hold_hours: float) -> bool:
+    """A hard budget whose running attempts would cross the limit within `hold_hours`."""
+    return st.rule.hard and st.burn_per_hour > 0 and st.projected(hold_hours) > st.rule.limit_usd
+
+
+def soft_exceeded(st: BudgetStatus) -> bool:
+    return not st.rule.hard and st.spent > st.rule.limit_usd
