@@ -1,0 +1,161 @@
+"""Translate botocore failures into the provider's typed errors, with credentials scrubbed.
+
+botocore has already retried throttling and 5xx (its `standard`/`adaptive` retry modes) by the
+time an exception reaches us, so what arrives here is final for this call.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError as BotoConnectionError,
+    CredentialRetrievalError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+
+from providers.base import (
+    CapacityUnavailable,
+    FatalError,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    TransientError,
+)
+
+# The pool has no room (or our price is below the market): try another offering.
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientReservedInstanceCapacity",
+        "SpotMaxPriceTooLow",
+        "Unsupported",  # the type is not offered in that zone (right now)
+        "InsufficientFreeAddressesInSubnet",
+    }
+)
+# An account limit in this region.
+QUOTA_CODES = frozenset(
+    {
+        "MaxSpotInstanceCountExceeded",
+        "VcpuLimitExceeded",
+        "InstanceLimitExceeded",
+        "MaxSpotFleetRequestCountExceeded",
+    }
+)
+THROTTLE_CODES = frozenset(
+    {
+        "RequestLimitExceeded",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "EC2ThrottledException",
+        "SlowDown",
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "Unavailable",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "RequestExpired",  # usually clock skew or a slow retry; a fresh request may pass
+        "IdempotentInstanceTerminated",
+    }
+)
+
+_ACCESS_KEY = re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{12,}\b")
+_SIGNED = re.compile(
+    r"(Signature=|X-Amz-Signature=|X-Amz-Security-Token=|X-Amz-Credential=|Credential=)[^\s,&\"']+",
+    re.IGNORECASE,
+)
+_MAX_MESSAGE = 400
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove anything credential-like: known secret values, access key ids, signatures."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    text = _SIGNED.sub(r"\1***", text)
+    text = _ACCESS_KEY.sub("***", text)
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + "..."
+    return text
+
+
+def error_code(exc: BaseException) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code", ""))
+    return type(exc).__name__
+
+
+def translate(
+    exc: BaseException,
+    *,
+    what: str,
+    pool: str | None = None,
+    secrets: Callable[[], Iterable[str]] = tuple,
+) -> ProviderError:
+    """Map one botocore exception to the ProviderError the scheduler acts on."""
+    if isinstance(exc, ProviderError):
+        return exc
+    code = error_code(exc)
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        detail = f"{code}: {err.get('Message', '')}".rstrip(": ")
+    else:
+        status = 0
+        detail = f"{code}: {exc}"
+    message = scrub(f"aws {what}: {detail}", _safe(secrets))
+    out: ProviderError
+    if isinstance(exc, ClientError):
+        if code in QUOTA_CODES:
+            out = QuotaExceeded(message, pool)
+        elif code in CAPACITY_CODES:
+            out = CapacityUnavailable(message, pool)
+        elif code in THROTTLE_CODES or status == 429:
+            out = Throttled(message)
+        elif code in TRANSIENT_CODES or status >= 500:
+            out = TransientError(message)
+        else:  # auth, validation, missing resources: retrying the same call cannot help
+            out = FatalError(message)
+    elif isinstance(
+        exc,
+        NoCredentialsError
+        | PartialCredentialsError
+        | ProfileNotFound
+        | NoRegionError
+        | ParamValidationError
+        | CredentialRetrievalError,
+    ):
+        out = FatalError(message)
+    elif isinstance(exc, BotoConnectionError | HTTPClientError | BotoCoreError):
+        out = TransientError(message)
+    else:
+        out = TransientError(message)
+    out.aws_code = code  # type: ignore[attr-defined]
+    return out
+
+
+def _safe(secrets: Callable[[], Iterable[str]]) -> list[str]:
+    try:
+        return [s for s in secrets() if s]
+    except Exception:  # resolving credentials must never mask the real error
+        return []
