@@ -1,0 +1,60 @@
+"""The `[providers.local]` config section."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BeforeValidator, Field, field_validator
+
+from providers.local.trace import DEFAULT_TRACE, available_traces
+from providers.settings import Duration, StrictModel, parse_duration
+
+
+def _offset_or_time(value: Any) -> timedelta | datetime:
+    """A trace offset ("3h", 0) or an absolute time inside the trace (ISO-8601, UTC if naive)."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    try:
+        return parse_duration(value)
+    except ValueError:
+        pass
+    if isinstance(value, str):
+        try:
+            t = datetime.fromisoformat(value)
+        except ValueError:
+            pass
+        else:
+            return t if t.tzinfo else t.replace(tzinfo=UTC)
+    raise ValueError(f"expected an offset like '6h' or an ISO time, got {value!r}")
+
+
+def default_state_dir() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spotwise" / "local"
+
+
+class LocalSettings(StrictModel):
+    """Times in `grace_period`/`kill_after` are real seconds; the market clock runs `speedup`x."""
+
+    state_dir: Path | None = None  # None: $XDG_STATE_HOME/spotwise/local
+    speedup: float = Field(default=60.0, gt=0)  # market seconds per real second
+    trace: str = DEFAULT_TRACE
+    trace_start: Annotated[timedelta | datetime, BeforeValidator(_offset_or_time)] = timedelta(0)
+    grace_period: Duration = timedelta(seconds=10)  # notice -> SIGTERM
+    kill_after: Duration = timedelta(seconds=10)  # SIGTERM -> SIGKILL
+    clouds: list[str] | None = None  # subset of aws/gcp/azure offerings; None: all
+    regions: list[str] | None = None  # subset of regions; None: all
+
+    @field_validator("trace")
+    @classmethod
+    def _known_trace(cls, v: str) -> str:
+        names = available_traces()
+        if v not in names:
+            raise ValueError(f"unknown trace {v!r}; shipped traces: {', '.join(names)}")
+        return v
+
+    def resolved_state_dir(self) -> Path:
+        return (self.state_dir or default_state_dir()).expanduser()
