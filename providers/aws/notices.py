@@ -1,0 +1,90 @@
+"""Spot interruption warnings from an SQS queue fed by EventBridge (as Karpenter does).
+
+EC2 publishes "EC2 Spot Instance Interruption Warning" about two minutes before it takes a
+spot instance back. An EventBridge rule can forward it to SQS; reading the queue tells the
+daemon earlier than describe_instances would (the instance is still "running" until then).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+log = logging.getLogger("spotwise.providers.aws")
+
+WARNING = "EC2 Spot Instance Interruption Warning"
+_KEEP = timedelta(hours=6)  # an instance is long gone by then
+_MAX_BATCHES = 10  # per poll: at most 100 messages, so a flooded queue cannot stall a call
+
+
+def queue_region(url: str) -> str | None:
+    m = re.search(r"sqs[.-]([a-z]{2}(?:-gov)?-[a-z]+-\d+)\.amazonaws", url) or re.search(
+        r"//([a-z]{2}(?:-gov)?-[a-z]+-\d+)\.queue\.amazonaws", url
+    )
+    return m.group(1) if m else None
+
+
+def parse_message(body: str) -> tuple[str, datetime] | None:
+    """(instance id, warning time) from an EventBridge event, raw or wrapped by SNS."""
+    try:
+        event: Any = json.loads(body)
+        if isinstance(event, dict) and event.get("Type") == "Notification" and "Message" in event:
+            event = json.loads(event["Message"])
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(event, dict) or event.get("detail-type") != WARNING:
+        return None
+    iid = (event.get("detail") or {}).get("instance-id")
+    when = event.get("time")
+    if not iid or not when:
+        return None
+    try:
+        at = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return str(iid), at
+
+
+class InterruptionNotices:
+    """Drains the queue and remembers which instances have been warned, and when."""
+
+    def __init__(self, client: Callable[[], Any], queue_url: str) -> None:
+        self._client = client
+        self._url = queue_url
+        self._seen: dict[str, datetime] = {}
+        self._lock = threading.Lock()
+
+    def poll(self, now: datetime) -> dict[str, datetime]:
+        """Read what is waiting (no long poll), delete it, and return every known warning.
+
+        Raises botocore errors; the caller decides how loud a failure is.
+        """
+        with self._lock:
+            sqs = self._client()
+            for _ in range(_MAX_BATCHES):
+                resp = sqs.receive_message(
+                    QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+                )
+                messages = resp.get("Messages", [])
+                if not messages:
+                    break
+                for m in messages:
+                    got = parse_message(m.get("Body", ""))
+                    if got:
+                        self._seen.setdefault(got[0], got[1])
+                sqs.delete_message_batch(
+                    QueueUrl=self._url,
+                    Entries=[
+                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                        for i, m in enumerate(messages)
+                    ],
+                )
+            for iid, at in list(self._seen.items()):
+                if now - at > _KEEP:
+                    del self._seen[iid]
+            return dict(self._seen)
