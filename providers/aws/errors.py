@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError as BotoConnectionError,
     CredentialRetrievalError,
     HTTPClientError,
     NoCredentialsError,
@@ -20,6 +19,9 @@ from botocore.exceptions import (
     ParamValidationError,
     PartialCredentialsError,
     ProfileNotFound,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
 )
 
 from providers.base import (

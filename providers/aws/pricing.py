@@ -105,7 +105,11 @@ class OnDemandPrices:
         with self._lock:
             entry = self._cache.get(region)
             fresh = self._retry_after if entry and entry.from_snapshot else self._ttl
-            if entry is None or now - entry.fetched_at >= fresh or self._missing(entry, instance_types):
+            if (
+                entry is None
+                or now - entry.fetched_at >= fresh
+                or self._missing(entry, instance_types)
+            ):
                 entry = self._refresh(region, instance_types, now, entry)
                 self._cache[region] = entry
             return {t: entry.prices[t] for t in instance_types if t in entry.prices}
