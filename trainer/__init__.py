@@ -1,0 +1,19 @@
+"""spotwise bundled trainer: runs on the (spot) instance, survives preemption.
+
+It talks to the scheduler only through the checkpoint store (``progress.json``, ``DONE``,
+``latest``, ``step-<N>/``) and environment variables; it imports nothing from ``scheduler`` or
+``providers`` so it can run on a bare GPU box.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+"""Training finished (``DONE`` written) or was already finished."""
+EXIT_FAILED = 1
+"""Unexpected error (traceback printed)."""
+EXIT_USAGE = 2
+"""Bad configuration or command line (one clear message, no traceback)."""
+EXIT_PREEMPTED = 75
+"""Preempted: a durable checkpoint was written; start the same command again to resume."""
+
+__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PREEMPTED", "EXIT_USAGE"]

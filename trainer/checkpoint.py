@@ -1,0 +1,257 @@
+"""DCP checkpoints in ``step-<N>/`` folders with a ``latest`` pointer written last.
+
+Order of a save (sync or async): DCP writes every rank's shard and then, on the coordinator,
+``.metadata`` (fsynced, renamed); for s3 the shards are uploaded, then ``.metadata``; only
+then does rank 0 atomically replace ``latest`` and prune to the newest K. A crash anywhere
+before that leaves ``latest`` on the previous checkpoint, so a half-written one is never
+loaded. Async saves stage the state to CPU memory (pinned only with an accelerator) and
+write on a background thread over a dedicated gloo group, so they never interleave with
+the training collectives.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+from torch.distributed.checkpoint.stateful import Stateful
+
+from trainer.distributed import DistInfo
+from trainer.storage import METADATA, Store
+
+log = logging.getLogger("trainer.checkpoint")
+
+LATEST = "latest"
+RNG_KEY = "rng_rank"
+"""Per-rank RNG lives under rng_rank<i>: DCP deduplicates plain values saved under one key."""
+
+
+class ModelOptimState(Stateful):
+    """Model + optimizer through DCP's state_dict helpers (handles DDP and FSDP2 alike)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        self.model = model
+        self.optimizer = optimizer
+
+    def state_dict(self) -> dict[str, Any]:
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        return {"model": model_sd, "optim": optim_sd}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=state_dict["model"],
+            optim_state_dict=state_dict["optim"],
+            options=StateDictOptions(strict=True),
+        )
+
+
+def parse_latest(text: str | None) -> int | None:
+    """``latest`` holds one line ``step-<N>``."""
+    if not text:
+        return None
+    name = text.strip()
+    if name.startswith("step-") and name[5:].isdigit():
+        return int(name[5:])
+    return None
+
+
+class CheckpointManager:
+    """Save/load/prune for one run; every public method is called by all ranks together."""
+
+    def __init__(
+        self,
+        store: Store,
+        info: DistInfo,
+        keep: int,
+        on_durable: Callable[[int], None] | None = None,
+        kill_in_save_at_step: int = 0,
+    ) -> None:
+        self.store = store
+        self.info = info
+        self.keep = keep
+        self.on_durable = on_durable
+        self.kill_in_save_at_step = kill_in_save_at_step
+        self.last_saved_step: int | None = None
+        """Step of the last save started (identical on all ranks)."""
+        self.last_durable_step: int | None = None
+        self._pending: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._stager: DefaultStager | None = None
+        self._group: dist.ProcessGroup | None = None
+        if info.enabled:
+            # Background saves run collectives; a separate gloo group keeps them from
+            # interleaving with the training group's (possibly NCCL) collectives.
+            self._group = dist.new_group(backend="gloo")
+
+    # ------------------------------------------------------------------ discovery
+    def find_latest(self) -> int | None:
+        """Step to resume from, decided by rank 0 and broadcast so all ranks agree."""
+        choice: list[int | None] = [None]
+        if self.info.rank == 0:
+            choice[0] = self._find_latest_local()
+        if self.info.enabled:
+            dist.broadcast_object_list(choice, src=0, group=self._group)
+        return choice[0]
+
+    def _find_latest_local(self) -> int | None:
+        step = parse_latest(self.store.read_text(LATEST))
+        if step is None:
+            return None
+        dirs = self.store.step_dirs()
+        if dirs.get(step):
+            return step
+        # `latest` is written after its checkpoint, so this means someone deleted files.
+        complete = [s for s, ok in dirs.items() if ok and s <= step]
+        log.warning("latest -> step-%d is missing or incomplete; using %s", step, complete)
+        return max(complete) if complete else None
+
+    # ------------------------------------------------------------------------ save
+    def save(self, step: int, state: dict[str, Any], async_save: bool = False) -> None:
+        """Checkpoint ``state`` as ``step-<step>``; async returns after staging to CPU."""
+        self.wait()
+        self._prepare(step)
+        self.last_saved_step = step
+        ckpt_dir = str(self.store.local_dir(step))
+        if not async_save:
+            dcp.save(state, checkpoint_id=ckpt_dir, process_group=self._group)
+            self._finalize(step)
+            return
+        if self._stager is None:
+            accel = torch.cuda.is_available()
+            self._stager = DefaultStager(
+                StagingOptions(
+                    use_pinned_memory=accel,
+                    use_shared_memory=False,
+                    use_async_staging=False,
+                    use_non_blocking_copy=accel,
+                )
+            )
+        fut = dcp.async_save(
+            state, checkpoint_id=ckpt_dir, process_group=self._group, async_stager=self._stager
+        )
+        upload_future: Future = fut if isinstance(fut, Future) else fut.upload_completion
+        self._pending = threading.Thread(
+            target=self._background, args=(step, upload_future), name=f"ckpt-{step}", daemon=True
+        )
+        self._pending.start()
+
+    def _background(self, step: int, fut: Future) -> None:
+        try:
+            fut.result()
+            self._finalize(step)
+        except BaseException as e:  # surfaced to the training thread by wait()
+            self._error = e
+
+    def wait(self) -> None:
+        """Block until an in-flight async save is durable; re-raise its error."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise RuntimeError(f"background checkpoint failed: {err}") from err
+
+    @property
+    def in_flight(self) -> bool:
+        return self._pending is not None and self._pending.is_alive()
+
+    def _prepare(self, step: int) -> None:
+        """Remove a stale (crashed) copy of this step so DCP never mixes old and new files."""
+        if self.info.rank == 0:
+            self.store.delete_step(step)
+        if not self.store.is_local and self.info.local_rank == 0:
+            shutil.rmtree(self.store.local_dir(step), ignore_errors=True)
+        if self.info.enabled:
+            dist.barrier(group=self._group)
+        if self.info.local_rank == 0:
+            self.store.local_dir(step).mkdir(parents=True, exist_ok=True)
+        if self.info.enabled:
+            dist.barrier(group=self._group)
+
+    def _finalize(self, step: int) -> None:
+        """Make the step durable in the store, then move ``latest`` (rank 0), then prune."""
+        if not self.store.is_local:
+            local = self.store.local_dir(step)
+            if self.info.local_rank == 0:
+                shards = [p for p in sorted(local.iterdir()) if p.name != METADATA]
+                self.store.upload(step, shards)
+            if self.info.enabled:
+                dist.barrier(group=self._group)
+            if self.info.rank == 0:
+                self.store.upload(step, [local / METADATA])
+        if self.info.rank == 0:
+            if self.kill_in_save_at_step == step:
+                log.warning("debug: SIGKILL after writing step-%d, before `latest`", step)
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.store.write_text(LATEST, f"step-{step}\n")
+            self._prune(step)
+        self.last_durable_step = step
+        if not self.store.is_local and self.info.local_rank == 0:
+            # Staging is scratch: the store holds the durable copy.
+            shutil.rmtree(self.store.local_dir(step), ignore_errors=True)
+        if self.on_durable is not None:
+            self.on_durable(step)
+
+    def _prune(self, newest: int) -> None:
+        steps = sorted(self.store.step_dirs())
+        keep = set(s for s in steps if s <= newest)
+        keep = set(sorted(keep)[-self.keep :]) | {s for s in steps if s > newest}
+        for s in steps:
+            if s not in keep:
+                self.store.delete_step(s)
+
+    # ------------------------------------------------------------------------ load
+    def load(self, step: int, build_state: Callable[[int], dict[str, Any]]) -> dict[str, Any]:
+        """Load ``step-<step>`` in place into ``build_state(saved_world_size)``; return it.
+
+        The saved world size is read from the checkpoint's own index (one ``rng_rank<i>`` key
+        per rank), so the caller can decide what per-rank state to ask for. DCP reshards the
+        model and optimizer to the current world size.
+        """
+        t0 = time.perf_counter()
+        if self.info.local_rank == 0:
+            local = self.store.download(step)
+        else:
+            local = self.store.local_dir(step)
+        if self.info.enabled:
+            dist.barrier(group=self._group)
+        meta = dcp.FileSystemReader(str(local)).read_metadata()
+        saved_world = len(
+            {k.split(".")[0] for k in meta.state_dict_metadata if k.startswith(RNG_KEY)}
+        )
+        state = build_state(saved_world)
+        dcp.load(state, checkpoint_id=str(local), process_group=self._group)
+        if self.info.enabled:
+            dist.barrier(group=self._group)
+        if not self.store.is_local and self.info.local_rank == 0:
+            shutil.rmtree(local, ignore_errors=True)
+        self.last_saved_step = self.last_durable_step = step
+        log.info("loaded step-%d in %.2fs", step, time.perf_counter() - t0)
+        return state
+
+    def close(self) -> None:
+        self.wait()
+        if self._stager is not None:
+            self._stager.close()
+            self._stager = None
+        if self._group is not None and dist.is_initialized():
+            dist.destroy_process_group(self._group)
+            self._group = None

@@ -1,0 +1,266 @@
+"""Nested dataclass configuration: defaults < TOML file < command-line flags.
+
+Every field is reachable as ``--section.field VALUE`` (torchtitan style), a few common ones
+also have short aliases (``--precision``, ``--steps``, ``--checkpoint-uri``...). Unknown keys
+are errors that name the file/flag, so a typo never silently trains the wrong thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+
+class ConfigError(ValueError):
+    """A user-caused configuration error; printed as one line, never a traceback."""
+
+
+@dataclass
+class ModelConfig:
+    """Character-level causal transformer (GPT-style, weight-tied head)."""
+
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 4
+    seq_len: int = 64
+    dropout: float = 0.1
+
+
+@dataclass
+class DataConfig:
+    """Training text. ``synthetic`` is generated deterministically (no download)."""
+
+    source: str = "synthetic"
+    """``synthetic`` or a path to a UTF-8 text file (e.g. a Python stdlib source file)."""
+    synthetic_chars: int = 200_000
+    """Length of the generated corpus."""
+    epoch_samples: int = 0
+    """Windows per epoch; 0 means every non-overlapping window of the corpus."""
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 300
+    """Total optimizer steps."""
+    global_batch_size: int = 16
+    """Sequences per step summed over ranks; fixed across world sizes (see README resume rule)."""
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    precision: str = "fp32"
+    """fp32 | bf16 | fp16 (fp16 uses a GradScaler)."""
+    device: str = "auto"
+    """auto | cpu | cuda."""
+    seed: int = 0
+    log_interval: int = 25
+    step_delay_seconds: float = 0.0
+    """Extra sleep per step to emulate a heavier step (demo pacing)."""
+
+
+@dataclass
+class ParallelismConfig:
+    mode: str = "ddp"
+    """ddp | fsdp (FSDP2 ``fully_shard``). Ignored with one rank."""
+
+
+@dataclass
+class CheckpointConfig:
+    uri: str = ""
+    """Directory, file:// or s3:// URI. Empty: $SPOTWISE_CHECKPOINT_URI, else ./checkpoints."""
+    interval_steps: int = 100
+    """Save every N steps (0 disables the step trigger)."""
+    interval_seconds: float = 0.0
+    """Also save when this many seconds passed since the last save (0 disables)."""
+    keep: int = 3
+    """Keep the newest K checkpoints (at least 1)."""
+    async_save: bool = False
+    """Stage to CPU memory and write in the background; training continues."""
+    staging_dir: str = ""
+    """Local scratch for s3:// stores (save here, then upload). Empty: a temp dir."""
+    progress_interval_seconds: float = 5.0
+    """How often progress.json is refreshed between checkpoints."""
+    load: bool = True
+    """Resume from ``latest`` when present."""
+
+
+@dataclass
+class PreemptionConfig:
+    cloud: str = ""
+    """aws | gcp | azure | local | none. Empty: $SPOTWISE_CLOUD, else none (SIGTERM only)."""
+    poll_interval_seconds: float = 1.0
+    aws_endpoint: str = ""
+    """Empty: $SPOTWISE_AWS_IMDS_ENDPOINT, else http://169.254.169.254."""
+    gcp_endpoint: str = ""
+    """Empty: $SPOTWISE_GCP_METADATA_ENDPOINT, else http://metadata.google.internal."""
+    azure_endpoint: str = ""
+    """Empty: $SPOTWISE_AZURE_METADATA_ENDPOINT, else http://169.254.169.254."""
+    notice_file: str = ""
+    """Local market notice file. Empty: $SPOTWISE_NOTICE_FILE."""
+
+
+@dataclass
+class DebugConfig:
+    """Test hooks. They make failures deterministic without sleeping; all off by default."""
+
+    sigterm_at_step: int = 0
+    """After finishing this step, the ranks in ``sigterm_ranks`` send themselves SIGTERM."""
+    sigterm_ranks: list[int] = field(default_factory=lambda: [0])
+    kill_in_save_at_step: int = 0
+    """SIGKILL rank 0 after step-N's data is written but before ``latest`` moves."""
+    metrics_file: str = ""
+    """Rank 0 appends one JSON line per step: {"step", "loss"}."""
+    final_params_file: str = ""
+    """Rank 0 saves the full model state_dict here at the end (torch.save)."""
+
+
+@dataclass
+class TrainerConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    parallelism: ParallelismConfig = field(default_factory=ParallelismConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    preemption: PreemptionConfig = field(default_factory=PreemptionConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
+
+    def validate(self) -> None:
+        """Reject values that would fail later in a less obvious place."""
+        t, m, c = self.training, self.model, self.checkpoint
+        _check(t.precision in ("fp32", "bf16", "fp16"), "training.precision must be fp32|bf16|fp16")
+        _check(t.device in ("auto", "cpu", "cuda"), "training.device must be auto|cpu|cuda")
+        _check(self.parallelism.mode in ("ddp", "fsdp"), "parallelism.mode must be ddp|fsdp")
+        _check(t.steps >= 1, "training.steps must be >= 1")
+        _check(t.global_batch_size >= 1, "training.global_batch_size must be >= 1")
+        _check(m.d_model % m.n_heads == 0, "model.d_model must be divisible by model.n_heads")
+        _check(m.seq_len >= 2 and m.n_layers >= 1, "model.seq_len >= 2 and model.n_layers >= 1")
+        _check(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
+        _check(c.keep >= 1, "checkpoint.keep must be >= 1")
+        _check(c.interval_steps >= 0, "checkpoint.interval_steps must be >= 0")
+        cloud = self.preemption.cloud
+        _check(
+            cloud in ("", "aws", "gcp", "azure", "local", "none"),
+            "preemption.cloud must be aws|gcp|azure|local|none",
+        )
+
+
+ALIASES: dict[str, str] = {
+    "--precision": "training.precision",
+    "--steps": "training.steps",
+    "--seed": "training.seed",
+    "--device": "training.device",
+    "--checkpoint-uri": "checkpoint.uri",
+    "--parallelism": "parallelism.mode",
+    "--async-save": "checkpoint.async_save",
+    "--cloud": "preemption.cloud",
+}
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def _sections() -> dict[str, type]:
+    hints = get_type_hints(TrainerConfig)
+    return {f.name: hints[f.name] for f in dataclasses.fields(TrainerConfig)}
+
+
+def _coerce(value: Any, typ: Any, where: str) -> Any:
+    """Convert a TOML value or flag string to the field's declared type."""
+    if typ is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if typ is int:
+        if isinstance(value, bool) or not isinstance(value, int | str):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if typ is float:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if typ is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if typ == list[int]:
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()]
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list of integers, got {value!r}")
+        return [_coerce(v, int, where) for v in value]
+    raise ConfigError(f"{where}: unsupported type {typ}")
+
+
+def _set(cfg: TrainerConfig, dotted: str, value: Any, where: str) -> None:
+    section, _, key = dotted.partition(".")
+    sections = _sections()
+    if section not in sections or not key:
+        raise ConfigError(f"{where}: unknown setting {dotted!r}")
+    sub = getattr(cfg, section)
+    hints = get_type_hints(type(sub))
+    if key not in hints:
+        known = ", ".join(sorted(hints))
+        raise ConfigError(f"{where}: unknown setting {dotted!r} (known in [{section}]: {known})")
+    setattr(sub, key, _coerce(value, hints[key], where))
+
+
+def load_toml(cfg: TrainerConfig, path: Path) -> None:
+    """Apply a TOML file's ``[section] key = value`` tables onto ``cfg``."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: invalid TOML: {e}") from None
+    for section, table in data.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: top-level key {section!r} must be a [section] table")
+        for key, value in table.items():
+            _set(cfg, f"{section}.{key}", value, f"{path}: {section}.{key}")
+
+
+def parse_args(argv: list[str] | None = None) -> TrainerConfig:
+    """Build the config: defaults, then ``--config FILE``, then ``--section.key VALUE`` flags."""
+    parser = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="spotwise trainer. Any setting: --section.key VALUE (see trainer/README.md).",
+    )
+    parser.add_argument("--config", type=Path, help="TOML file with [model], [training], ...")
+    for alias, dotted in ALIASES.items():
+        parser.add_argument(alias, dest=f"alias:{dotted}", metavar="VALUE", help=f"= --{dotted}")
+    for section, typ in _sections().items():
+        for f in dataclasses.fields(typ):
+            parser.add_argument(f"--{section}.{f.name}", dest=f"set:{section}.{f.name}")
+    ns = parser.parse_args(argv)
+    cfg = TrainerConfig()
+    if ns.config is not None:
+        load_toml(cfg, ns.config)
+    for dest, value in vars(ns).items():
+        if value is None or ":" not in dest:
+            continue
+        dotted = dest.split(":", 1)[1]
+        _set(cfg, dotted, value, f"--{dotted}")
+    cfg.validate()
+    return cfg
+
+
+def env_or(value: str, env: str, default: str) -> str:
+    """Config value if set, else the environment variable, else the default."""
+    return value or os.environ.get(env, "") or default

@@ -1,0 +1,89 @@
+"""torch.distributed from torchrun's environment: NCCL with CUDA, gloo otherwise; DDP or FSDP2."""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    owns_group: bool
+    """True when we created the default process group (and must destroy it)."""
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def init(device_pref: str = "auto") -> DistInfo:
+    """Join torchrun's group if launched by it; else run as one plain process."""
+    use_cuda = torch.cuda.is_available() and device_pref != "cpu"
+    if device_pref == "cuda" and not torch.cuda.is_available():
+        raise ValueError("training.device = cuda but CUDA is not available")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    owns = False
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(
+            backend="nccl" if use_cuda else "gloo",
+            device_id=device if use_cuda else None,
+        )
+        owns = True
+    if dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    return DistInfo(rank, world, local_rank, device, owns)
+
+
+def wrap(model: nn.Module, info: DistInfo, mode: str) -> nn.Module:
+    """DDP (replicated) or FSDP2 (sharded params, grads and optimizer state)."""
+    if not info.enabled:
+        return model
+    if mode == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(info.device.type, (info.world_size,))
+        for block in model.blocks:
+            fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        return model
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    ids = [info.device.index] if info.device.type == "cuda" else None
+    return DDP(model, device_ids=ids)
+
+
+def sum_across(values: list[float], info: DistInfo) -> list[float]:
+    """One small all-reduce per step carrying every per-step agreement (notice, loss, timers)."""
+    t = torch.tensor(values, dtype=torch.float64, device=info.device)
+    if info.enabled:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def barrier(info: DistInfo, group: dist.ProcessGroup | None = None) -> None:
+    if info.enabled:
+        dist.barrier(group=group)
+
+
+def shutdown(info: DistInfo) -> None:
+    """Destroy the group we created; collect DDP objects first (avoids a known exit hang)."""
+    gc.collect()
+    if info.owns_group and dist.is_initialized():
+        dist.destroy_process_group()

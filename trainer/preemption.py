@@ -1,0 +1,285 @@
+"""Interruption notices: cloud metadata watchers, the local market's notice file, and SIGTERM.
+
+Watchers run on a daemon thread and only set an Event; the SIGTERM handler only sets a flag.
+The training loop looks at both at each step boundary and all ranks agree through the step's
+all-reduce, so no I/O and no collective ever runs inside a signal handler.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+
+from trainer.config import PreemptionConfig, env_or
+
+log = logging.getLogger("trainer.preemption")
+
+AWS_DEFAULT = "http://169.254.169.254"
+GCP_DEFAULT = "http://metadata.google.internal"
+AZURE_DEFAULT = "http://169.254.169.254"
+AZURE_API = "2020-07-01"
+HTTP_TIMEOUT = 2.0
+
+
+@dataclass
+class Notice:
+    source: str
+    detail: str = ""
+
+
+class Watcher:
+    """Polls one notice source on a daemon thread; ``notice`` is set once seen."""
+
+    name = "none"
+
+    def __init__(self, poll_interval: float) -> None:
+        self.poll_interval = poll_interval
+        self.notice: Notice | None = None
+        self._seen = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def check(self) -> Notice | None:
+        """One poll; return a Notice if the instance is being reclaimed. Override."""
+        return None
+
+    def acknowledge(self) -> None:
+        """Tell the cloud we are done (Azure: StartRequests). Called after the final save."""
+
+    @property
+    def seen(self) -> bool:
+        return self._seen.is_set()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                notice = self.check()
+            except (OSError, ValueError) as e:  # metadata hiccups must not kill training
+                log.debug("%s watcher: %s", self.name, e)
+                notice = None
+            if notice is not None:
+                self.notice = notice
+                self._seen.set()
+                log.warning("interruption notice from %s: %s", notice.source, notice.detail)
+                return
+            self._stop.wait(self.poll_interval)
+
+
+def _request(
+    url: str,
+    method: str = "GET",
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+    timeout: float = HTTP_TIMEOUT,
+) -> tuple[int, bytes, dict[str, str]]:
+    """HTTP without proxies (metadata servers are link-local); returns status, body, headers."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status, resp.read(), dict(resp.headers)
+    except urllib.error.HTTPError as e:
+        return e.code, e.read(), dict(e.headers or {})
+
+
+class AwsWatcher(Watcher):
+    """IMDSv2: PUT a session token, then GET spot/instance-action (404 = no notice)."""
+
+    name = "aws"
+
+    def __init__(self, endpoint: str, poll_interval: float) -> None:
+        super().__init__(poll_interval)
+        self.endpoint = endpoint.rstrip("/")
+        self._token: str | None = None
+
+    def _get_token(self) -> str:
+        status, body, _ = _request(
+            f"{self.endpoint}/latest/api/token",
+            method="PUT",
+            headers={"X-aws-ec2-metadata-token-ttl-seconds": "21600"},
+        )
+        if status != 200:
+            raise ValueError(f"IMDSv2 token request failed: HTTP {status}")
+        return body.decode()
+
+    def check(self) -> Notice | None:
+        if self._token is None:
+            self._token = self._get_token()
+        status, body, _ = _request(
+            f"{self.endpoint}/latest/meta-data/spot/instance-action",
+            headers={"X-aws-ec2-metadata-token": self._token},
+        )
+        if status == 401:  # token expired: fetch a new one next poll
+            self._token = None
+            return None
+        if status == 200:
+            doc = json.loads(body)
+            if doc.get("action") in ("terminate", "stop", "hibernate"):
+                return Notice("aws", f"{doc.get('action')} at {doc.get('time')}")
+        return None
+
+
+class GcpWatcher(Watcher):
+    """GCP metadata ``instance/preempted``: a hanging GET that returns when the value changes."""
+
+    name = "gcp"
+
+    def __init__(self, endpoint: str, poll_interval: float, wait_seconds: int = 30) -> None:
+        super().__init__(poll_interval)
+        self.endpoint = endpoint.rstrip("/")
+        self.wait_seconds = wait_seconds
+        self._etag: str | None = None
+
+    def check(self) -> Notice | None:
+        url = f"{self.endpoint}/computeMetadata/v1/instance/preempted"
+        timeout = HTTP_TIMEOUT
+        if self._etag is not None:
+            url += f"?wait_for_change=true&last_etag={self._etag}&timeout_sec={self.wait_seconds}"
+            timeout = self.wait_seconds + HTTP_TIMEOUT
+        status, body, headers = _request(
+            url, headers={"Metadata-Flavor": "Google"}, timeout=timeout
+        )
+        if status != 200:
+            self._etag = None
+            raise ValueError(f"GCP metadata: HTTP {status}")
+        self._etag = {k.lower(): v for k, v in headers.items()}.get("etag")
+        if body.decode().strip().upper() == "TRUE":
+            return Notice("gcp", "instance/preempted = TRUE")
+        return None
+
+    def _run(self) -> None:
+        # The hanging GET is its own pacing; only sleep between polls after an error.
+        while not self._stop.is_set():
+            try:
+                notice = self.check()
+            except (OSError, ValueError) as e:
+                log.debug("gcp watcher: %s", e)
+                self._stop.wait(self.poll_interval)
+                continue
+            if notice is not None:
+                self.notice = notice
+                self._seen.set()
+                log.warning("interruption notice from gcp: %s", notice.detail)
+                return
+            if self._etag is None:
+                self._stop.wait(self.poll_interval)
+
+
+class AzureWatcher(Watcher):
+    """Azure Scheduled Events: a ``Preempt`` event; acknowledged via POST StartRequests."""
+
+    name = "azure"
+
+    def __init__(self, endpoint: str, poll_interval: float) -> None:
+        super().__init__(poll_interval)
+        self.url = f"{endpoint.rstrip('/')}/metadata/scheduledevents?api-version={AZURE_API}"
+        self._event_id: str | None = None
+
+    def check(self) -> Notice | None:
+        status, body, _ = _request(self.url, headers={"Metadata": "true"})
+        if status != 200:
+            raise ValueError(f"Azure scheduled events: HTTP {status}")
+        for event in json.loads(body).get("Events", []):
+            if event.get("EventType") == "Preempt":
+                self._event_id = event.get("EventId")
+                return Notice(
+                    "azure", f"Preempt {self._event_id} not before {event.get('NotBefore')}"
+                )
+        return None
+
+    def acknowledge(self) -> None:
+        if self._event_id is None:
+            return
+        body = json.dumps({"StartRequests": [{"EventId": self._event_id}]}).encode()
+        try:
+            _request(
+                self.url,
+                method="POST",
+                headers={"Metadata": "true", "Content-Type": "application/json"},
+                body=body,
+            )
+        except OSError as e:
+            log.warning("could not acknowledge Azure event %s: %s", self._event_id, e)
+
+
+class FileWatcher(Watcher):
+    """The local market writes ``{"action": "terminate", "time": ...}`` to a notice file."""
+
+    name = "local"
+
+    def __init__(self, path: Path, poll_interval: float) -> None:
+        super().__init__(poll_interval)
+        self.path = path
+
+    def check(self) -> Notice | None:
+        if self.path.exists():
+            try:
+                detail = self.path.read_text()
+            except OSError:
+                detail = ""
+            return Notice("local", detail.strip())
+        return None
+
+
+def make_watcher(cfg: PreemptionConfig) -> Watcher:
+    """The watcher for preemption.cloud (else $SPOTWISE_CLOUD); ``Watcher`` when none applies."""
+    cloud = env_or(cfg.cloud, "SPOTWISE_CLOUD", "none").lower()
+    interval = cfg.poll_interval_seconds
+    if cloud == "aws":
+        return AwsWatcher(
+            env_or(cfg.aws_endpoint, "SPOTWISE_AWS_IMDS_ENDPOINT", AWS_DEFAULT), interval
+        )
+    if cloud == "gcp":
+        endpoint = env_or(cfg.gcp_endpoint, "SPOTWISE_GCP_METADATA_ENDPOINT", GCP_DEFAULT)
+        return GcpWatcher(endpoint, interval)
+    if cloud == "azure":
+        endpoint = env_or(cfg.azure_endpoint, "SPOTWISE_AZURE_METADATA_ENDPOINT", AZURE_DEFAULT)
+        return AzureWatcher(endpoint, interval)
+    if cloud == "local":
+        path = env_or(cfg.notice_file, "SPOTWISE_NOTICE_FILE", "")
+        if not path:
+            log.warning("SPOTWISE_CLOUD=local without SPOTWISE_NOTICE_FILE: SIGTERM only")
+            return Watcher(interval)
+        return FileWatcher(Path(path), interval)
+    if cloud not in ("none", ""):
+        raise ValueError(f"unknown cloud {cloud!r} (SPOTWISE_CLOUD must be aws|gcp|azure|local)")
+    return Watcher(interval)
+
+
+class SigtermFlag:
+    """SIGTERM handler that only records the signal (no I/O, no collectives)."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: object = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.received = True
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)  # type: ignore[arg-type]
+            self._previous = None
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

@@ -1,0 +1,72 @@
+"""The progress contract the scheduler reads: ``progress.json`` and ``DONE`` in the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from trainer.storage import Store
+
+PROGRESS = "progress.json"
+DONE = "DONE"
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Progress:
+    """Rank 0's view of the run, written atomically; other ranks hold a no-op instance."""
+
+    def __init__(
+        self,
+        store: Store,
+        enabled: bool,
+        total_steps: int,
+        world_size: int,
+        interval_seconds: float,
+    ) -> None:
+        self.store = store
+        self.enabled = enabled
+        self.interval = interval_seconds
+        self._lock = threading.Lock()
+        self._last_write = 0.0
+        self.doc: dict[str, Any] = {
+            "step": 0,
+            "total_steps": total_steps,
+            "samples": 0,
+            "updated_at": utc_now(),
+            "last_checkpoint_step": None,
+            "state": "running",
+            "world_size": world_size,
+            "loss": None,
+            "job_id": os.environ.get("SPOTWISE_JOB_ID"),
+            "attempt": os.environ.get("SPOTWISE_ATTEMPT"),
+        }
+
+    def update(self, force: bool = False, **fields: Any) -> None:
+        """Record fields; write when forced or when the refresh interval has passed."""
+        if not self.enabled:
+            return
+        with self._lock:
+            self.doc.update(fields)
+            now = time.monotonic()
+            if force or now - self._last_write >= self.interval:
+                self.doc["updated_at"] = utc_now()
+                self.store.write_text(PROGRESS, json.dumps(self.doc, indent=1) + "\n")
+                self._last_write = now
+
+    def checkpointed(self, step: int) -> None:
+        """Called (possibly from the async-save thread) once ``step-<N>`` is durable."""
+        self.update(force=True, last_checkpoint_step=step)
+
+    def done(self) -> None:
+        if not self.enabled:
+            return
+        self.update(force=True, state="done")
+        doc = {"step": self.doc["step"], "finished_at": utc_now()}
+        self.store.write_text(DONE, json.dumps(doc) + "\n")
