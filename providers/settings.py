@@ -6,9 +6,10 @@ import re
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_ISO = TypeAdapter(timedelta)
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -26,6 +27,11 @@ def parse_duration(value: Any) -> timedelta:
         m = _DURATION.match(value)
         if m:
             return timedelta(seconds=float(m.group(1)) * _UNIT_SECONDS[m.group(2) or "s"])
+        if value.startswith("P"):  # ISO-8601, as pydantic serialises timedelta
+            try:
+                return _ISO.validate_python(value)
+            except ValidationError:
+                pass
     raise ValueError(f"expected a duration like '15s', '5m', '1h', got {value!r}")
 
 

@@ -80,6 +80,8 @@ class Job(SQLModel, table=True):
     updated_at: datetime = _utc()
     deadline: datetime | None = _utc(default=None)
     cancel_requested: bool = False
+    # The last ended attempt whose outcome has been acted on (makes settling idempotent).
+    settled_attempt: str | None = None
     attempts: int = 0
     recoveries: int = 0
     cost_usd: float = 0.0

@@ -1,0 +1,193 @@
+"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, select
+
+from scheduler.config import Config
+from scheduler.jobs import resolve
+from scheduler.models import Attempt, AttemptState, BudgetSpend, Event, Job
+
+
+def json_default(value: Any) -> Any:
+    """ISO-8601 UTC for times, plain values for enums."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _attempt_row(a: Attempt) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "number": a.number,
+        "provider": a.provider,
+        "cloud": a.cloud,
+        "region": a.region,
+        "zone": a.zone,
+        "instance_type": a.instance_type,
+        "market": a.market,
+        "pool": a.pool,
+        "price_per_hour": a.price_per_hour,
+        "instance_id": a.instance_id,
+        "state": a.state.value,
+        "created_at": a.created_at,
+        "started_at": a.started_at,
+        "ended_at": a.ended_at,
+        "end_reason": a.end_reason.value if a.end_reason else None,
+        "exit_code": a.exit_code,
+        "cost_usd": round(a.cost_usd, 6),
+    }
+
+
+def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
+    live = current is not None and current.state is not AttemptState.ENDED
+    return {
+        "id": j.id,
+        "name": j.name,
+        "team": j.team,
+        "state": j.state.value,
+        "reason": j.reason,
+        "cloud": current.cloud if live else None,
+        "region": current.region if live else None,
+        "zone": current.zone if live else None,
+        "instance_type": current.instance_type if live else None,
+        "instance": current.instance_id if live else None,
+        "market": current.market if live else None,
+        "price_per_hour": current.price_per_hour if live else None,
+        "spent_usd": round(j.cost_usd, 6),
+        "attempts": j.attempts,
+        "recoveries": j.recoveries,
+        "progress_step": j.progress_step,
+        "total_steps": j.total_steps,
+        "deadline": j.deadline,
+        "checkpoint_uri": j.checkpoint_uri,
+        "created_at": j.created_at,
+        "updated_at": j.updated_at,
+    }
+
+
+def job_rows(engine: Engine) -> list[dict[str, Any]]:
+    with Session(engine) as s:
+        jobs = s.exec(select(Job).order_by(col(Job.created_at))).all()
+        latest: dict[str, Attempt] = {}
+        for a in s.exec(select(Attempt).order_by(col(Attempt.number))).all():
+            latest[a.job_id] = a
+        return [_job_row(j, latest.get(j.id)) for j in jobs]
+
+
+def _event_row(e: Event) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "at": e.at,
+        "level": e.level,
+        "kind": e.kind,
+        "job_id": e.job_id,
+        "attempt_id": e.attempt_id,
+        "message": e.message,
+    }
+
+
+def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
+    with Session(engine) as s:
+        job = resolve(s, ref)
+        attempts = s.exec(
+            select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
+        ).all()
+        events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
+        row = _job_row(job, attempts[-1] if attempts else None)
+        row["cost_usd"] = row.pop("spent_usd")
+        return {
+            "job": row,
+            "attempts": [_attempt_row(a) for a in attempts],
+            "events": [_event_row(e) for e in events],
+        }
+
+
+def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, Any]]:
+    with Session(engine) as s:
+        q = select(Event)
+        if job:
+            q = q.where(Event.job_id == resolve(s, job).id)
+        rows = s.exec(q.order_by(col(Event.id).desc()).limit(limit)).all()
+        return [_event_row(e) for e in reversed(rows)]
+
+
+def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
+    """Configured budgets joined with the spend the daemon last accrued."""
+    with Session(engine) as s:
+        spent = {b.name: b for b in s.exec(select(BudgetSpend)).all()}
+    rows = []
+    for b in config.budgets:
+        row = spent.get(b.name)
+        used = row.spent_usd if row else 0.0
+        burn = row.burn_per_hour if row else 0.0
+        rows.append(
+            {
+                "name": b.name,
+                "scope": b.scope,
+                "window": b.window.value,
+                "window_start": row.window_start if row else None,
+                "limit_usd": b.limit_usd,
+                "hard": b.hard,
+                "spent_usd": round(used, 6),
+                "burn_per_hour": round(burn, 6),
+                "projected_usd": round(used + burn * 24, 6),
+                "state": row.state if row else "ok",
+                "updated_at": row.updated_at if row else None,
+            }
+        )
+    return rows
+
+
+def live_offerings(
+    config: Config, *, gpu: str | None, cloud: str | None, market: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ask each configured provider for its offerings now (not the daemon's cached catalog)."""
+    from scheduler.adapters import build_providers
+
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for name, provider in build_providers(config).items():
+        if cloud and name != cloud and name != "local":
+            continue
+        try:
+            offerings = provider.offerings()
+        except Exception as e:
+            problems.append(f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            continue
+        drain = getattr(provider, "drain_events", None)
+        if callable(drain):
+            problems.extend(f"{name}: {m}" for m in drain())
+        for o in offerings:
+            if cloud and o.cloud != cloud:
+                continue
+            if gpu and o.gpu_model.upper() != gpu.upper():
+                continue
+            if market and o.market.value != market:
+                continue
+            rows.append(
+                {
+                    "provider": name,
+                    "cloud": o.cloud,
+                    "region": o.region,
+                    "zone": o.zone,
+                    "instance_type": o.instance_type,
+                    "gpu_model": o.gpu_model,
+                    "gpu_count": o.gpu_count,
+                    "gpu_memory_gb": o.gpu_memory_gb,
+                    "vcpus": o.vcpus,
+                    "memory_gb": o.memory_gb,
+                    "market": o.market.value,
+                    "price_per_hour": o.price_per_hour,
+                    "seen_at": o.seen_at,
+                }
+            )
+    rows.sort(key=lambda r: (r["price_per_hour"], r["cloud"], r["zone"]))
+    return rows, problems
