@@ -1,0 +1,298 @@
+"""Local market with real processes: launch, exit, interruptions, terminate, restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from providers.base import (
+    TAG_OWNER,
+    EndReason,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offering,
+)
+from providers.local import LocalMarket, LocalSettings
+from providers.local.market import suggest_trace_start
+
+pytestmark = pytest.mark.timeout(30)
+
+GRACE = 0.3
+KILL_AFTER = 0.4
+POOL = "aws/us-east-1c/p3.2xlarge/spot"
+
+# A job that records the notice and SIGTERM with timestamps (into $OUT) and then exits 0,
+# or with IGNORE=1 keeps running after SIGTERM until SIGKILLed.
+TRAP_JOB = r"""
+import json, os, signal, sys, time
+out, notice = os.environ["OUT"], os.environ["SPOTWISE_NOTICE_FILE"]
+def rec(what):
+    with open(out, "a") as f:
+        f.write(json.dumps([what, time.time()]) + "\n")
+def on_term(*_):
+    rec("term")
+    if os.environ.get("IGNORE") != "1":
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+rec("start")
+seen = False
+while True:
+    if not seen and os.path.exists(notice):
+        seen = True
+        rec("notice:" + json.load(open(notice))["action"])
+    time.sleep(0.02)
+"""
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.t
+
+
+def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.05)
+
+
+def wait_ended(m: LocalMarket, instance_id: str, timeout: float = 10.0) -> Instance:
+    wait_for(lambda: m.describe([instance_id])[0].state == InstanceState.ENDED, timeout)
+    return m.describe([instance_id])[0]
+
+
+def events(path: Path) -> dict[str, float]:
+    if not path.exists():
+        return {}
+    return {k: t for k, t in map(json.loads, path.read_text().splitlines())}
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Iterator[Path]:
+    d = tmp_path / "state"
+    yield d
+    # Leave no process behind, whatever the test did: kill what our supervisors started.
+    for inst in (d / "instances").glob("local-*"):
+        for name in ("job.json", "supervisor.json"):
+            with contextlib.suppress(Exception):
+                pid = json.loads((inst / name).read_text())["pid"]
+                if not (inst / "end.json").exists():
+                    os.kill(pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+
+
+def make_market(state_dir: Path, clock: object = None, **kw: object) -> LocalMarket:
+    # By default the spot pool has capacity for the next hour of market time (1x speed),
+    # so only the tests that want an interruption get one.
+    kw.setdefault("speedup", 1.0)
+    kw.setdefault("trace_start", suggest_trace_start(POOL, timedelta(hours=1)))
+    settings = LocalSettings(state_dir=state_dir, grace_period=GRACE, kill_after=KILL_AFTER, **kw)
+    return LocalMarket(settings, clock=clock)  # type: ignore[arg-type]
+
+
+def offering(m: LocalMarket, pool: str = POOL) -> Offering:
+    return next(o for o in m.offerings() if o.pool == pool)
+
+
+def request(
+    m: LocalMarket,
+    command: list[str],
+    token: str = "tok-1",
+    env: dict[str, str] | None = None,
+    pool: str = "aws/us-east-1c/p3.2xlarge/on-demand",
+) -> LaunchRequest:
+    return LaunchRequest(
+        token=token,
+        offering=offering(m, pool),
+        command=command,
+        env=env or {},
+        tags={TAG_OWNER: "tester", "spotwise-job": "j1"},
+    )
+
+
+def py(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_launch_runs_command_with_contract_env(state_dir: Path, tmp_path: Path) -> None:
+    m = make_market(state_dir)
+    out = tmp_path / "env.json"
+    code = f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
+    inst = m.launch(request(m, py(code), env={"SPOTWISE_JOB_ID": "j1", "SPOTWISE_ATTEMPT": "2"}))
+    assert inst.id.startswith("local-") and inst.cloud == "aws"
+    assert inst.state in (InstanceState.RUNNING, InstanceState.ENDED)
+    assert inst.tags[TAG_OWNER] == "tester" and inst.launched_at is not None
+    ended = wait_ended(m, inst.id)
+    assert (ended.end_reason, ended.exit_code) == (EndReason.EXITED, 0)
+    env = json.loads(out.read_text())
+    assert env["SPOTWISE_CLOUD"] == "local"
+    assert env["SPOTWISE_JOB_ID"] == "j1" and env["SPOTWISE_ATTEMPT"] == "2"
+    assert env["SPOTWISE_NOTICE_FILE"] == str(m.instance_dir(inst.id) / "notice.json")
+    assert "PATH" in env
+    assert Path(os.getcwd()) != m.instance_dir(inst.id)  # cwd is per instance, not ours
+    assert (m.instance_dir(inst.id) / "stdout.log").exists()
+
+
+def test_launch_is_idempotent_on_token(state_dir: Path, tmp_path: Path) -> None:
+    m = make_market(state_dir)
+    marker = tmp_path / "starts"
+    cmd = ["sh", "-c", f"echo x >> {marker}; sleep 30"]
+    a = m.launch(request(m, cmd))
+    b = m.launch(request(m, cmd))
+    c = make_market(state_dir).launch(request(m, cmd))  # a restarted daemon retrying
+    assert a.id == b.id == c.id
+    found = m.find_by_token("tok-1")
+    assert found is not None and found.id == a.id and found.state == InstanceState.RUNNING
+    wait_for(lambda: marker.exists())
+    time.sleep(0.3)  # a second (wrong) start would have written by now
+    assert marker.read_text() == "x\n"
+    other = m.launch(request(m, cmd, token="tok-2"))
+    assert other.id != a.id
+    m.terminate([a.id, other.id])
+    assert wait_ended(m, a.id).end_reason == EndReason.TERMINATED
+
+
+def test_job_exit_code_and_missing_executable(state_dir: Path) -> None:
+    m = make_market(state_dir)
+    a = m.launch(request(m, ["sh", "-c", "echo hi; exit 3"], token="a"))
+    b = m.launch(request(m, ["/nonexistent/prog"], token="b"))
+    ea, eb = wait_ended(m, a.id), wait_ended(m, b.id)
+    assert (ea.end_reason, ea.exit_code) == (EndReason.EXITED, 3)
+    assert ea.ended_at is not None and ea.ended_at >= ea.launched_at  # type: ignore[operator]
+    assert (m.instance_dir(a.id) / "stdout.log").read_text() == "hi\n"
+    assert (eb.end_reason, eb.exit_code) == (EndReason.EXITED, 127)
+    assert "cannot start" in (m.instance_dir(b.id) / "stderr.log").read_text()
+    assert m.list_tagged("tester") == []  # ended instances are not live
+
+
+def test_forced_interrupt_notice_then_sigterm(state_dir: Path, tmp_path: Path) -> None:
+    m = make_market(state_dir)
+    out = tmp_path / "events"
+    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    wait_for(lambda: "start" in events(out))
+    assert m.interrupt(inst.id)
+    ended = wait_ended(m, inst.id)
+    ev = events(out)
+    assert ended.end_reason == EndReason.INTERRUPTED and ended.exit_code == 0
+    assert ended.notice_at is not None
+    assert "notice:terminate" in ev and "term" in ev
+    gap = ev["term"] - ev["notice:terminate"]
+    assert GRACE - 0.1 <= gap <= GRACE + 1.0  # SIGTERM comes a grace period after the notice
+    notice = json.loads((m.instance_dir(inst.id) / "notice.json").read_text())
+    when = datetime.fromisoformat(notice["time"]) - datetime.fromisoformat(notice["noticed_at"])
+    assert notice["action"] == "terminate" and when == timedelta(seconds=GRACE)
+    assert not m.interrupt(inst.id)  # already ended
+
+
+def test_job_ignoring_sigterm_is_killed(state_dir: Path, tmp_path: Path) -> None:
+    m = make_market(state_dir)
+    out = tmp_path / "events"
+    env = {"OUT": str(out), "IGNORE": "1"}
+    inst = m.launch(request(m, py(TRAP_JOB), env=env, pool=POOL))
+    wait_for(lambda: "start" in events(out))
+    m.interrupt(inst.id)
+    wait_for(lambda: "term" in events(out))
+    t_term = events(out)["term"]
+    ended = wait_ended(m, inst.id)
+    assert ended.end_reason == EndReason.INTERRUPTED
+    assert ended.exit_code == 128 + signal.SIGKILL
+    assert ended.ended_at is not None
+    assert ended.ended_at.timestamp() - t_term >= KILL_AFTER - 0.1
+
+
+def test_trace_driven_interruption_on_real_time(state_dir: Path, tmp_path: Path) -> None:
+    # Start two trace ticks (2 x 195 s market time) before a real outage of the pool,
+    # at 390x: the trace takes the capacity away about 1 s (real) after launch.
+    start = suggest_trace_start(POOL, timedelta(seconds=390))
+    m = make_market(state_dir, speedup=390.0, trace_start=start)
+    when = m.next_unavailability(POOL)
+    assert when is not None
+    assert timedelta(0) < when - datetime.now(UTC) <= timedelta(seconds=1.1)
+    out = tmp_path / "events"
+    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    od = m.launch(
+        request(m, ["sleep", "30"], token="od", pool="aws/us-east-1c/p3.2xlarge/on-demand")
+    )
+    # Only the supervisor watches the trace here: wait on the job's own record, not describe().
+    wait_for(lambda: "term" in events(out), timeout=8)
+    assert events(out)["notice:terminate"] >= when.timestamp() - 0.05
+    ended = wait_ended(m, inst.id)
+    assert ended.end_reason == EndReason.INTERRUPTED
+    assert POOL not in {o.pool for o in m.offerings()}
+    assert m.describe([od.id])[0].state == InstanceState.RUNNING  # on-demand is never interrupted
+    m.terminate([od.id])
+    assert wait_ended(m, od.id).end_reason == EndReason.TERMINATED
+
+
+def test_trace_driven_interruption_on_simulated_clock(state_dir: Path) -> None:
+    clock = FakeClock()
+    m = make_market(state_dir, clock=clock, speedup=60.0)
+    inst = m.launch(request(m, ["sleep", "30"], pool=POOL))
+    when = m.next_unavailability(POOL)
+    assert when is not None
+    clock.t = when - timedelta(seconds=1)
+    assert m.poll() == [] and m.describe([inst.id])[0].notice_at is None
+    clock.t = when
+    assert m.poll() == [inst.id]
+    wait_for(lambda: m.describe([inst.id])[0].notice_at is not None)
+    assert m.describe([inst.id])[0].state == InstanceState.RUNNING  # inside the grace period
+    assert wait_ended(m, inst.id).end_reason == EndReason.INTERRUPTED
+
+
+def test_restarted_market_readopts_running_processes(state_dir: Path) -> None:
+    clock = FakeClock()
+    first = make_market(state_dir, clock=clock)
+    inst = first.launch(request(first, ["sleep", "30"]))
+    del first
+    second = make_market(state_dir, clock=clock)  # the daemon restarted
+    live = second.list_tagged("tester")
+    assert [i.id for i in live] == [inst.id] and live[0].state == InstanceState.RUNNING
+    assert second.list_tagged("someone-else") == []
+    found = second.find_by_token("tok-1")
+    assert found is not None and found.id == inst.id
+    second.terminate([inst.id])
+    second.terminate([inst.id])  # repeating is fine
+    ended = wait_ended(second, inst.id)
+    assert ended.end_reason == EndReason.TERMINATED and ended.notice_at is None
+    assert ended.exit_code == 128 + signal.SIGTERM
+    second.terminate([inst.id, "local-0000000000000000", "i-unknown"])  # ended/unknown: no error
+
+
+def test_terminate_sends_sigterm_without_notice(state_dir: Path, tmp_path: Path) -> None:
+    m = make_market(state_dir)
+    out = tmp_path / "events"
+    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    wait_for(lambda: "start" in events(out))
+    m.terminate([inst.id])
+    ended = wait_ended(m, inst.id)
+    assert ended.end_reason == EndReason.TERMINATED and ended.exit_code == 0
+    assert "term" in events(out) and "notice:terminate" not in events(out)
+
+
+def test_unknown_and_orphaned_instances(state_dir: Path) -> None:
+    m = make_market(state_dir)
+    (unknown,) = m.describe(["local-ffffffffffffffff"])
+    assert (unknown.state, unknown.end_reason) == (InstanceState.ENDED, EndReason.UNKNOWN)
+    inst = m.launch(request(m, ["sleep", "30"]))
+    sup = json.loads((m.instance_dir(inst.id) / "supervisor.json").read_text())["pid"]
+    job = json.loads((m.instance_dir(inst.id) / "job.json").read_text())["pid"]
+    os.kill(sup, signal.SIGKILL)  # the supervisor dies without recording an end
+    ended = wait_ended(m, inst.id)
+    assert ended.end_reason == EndReason.UNKNOWN and ended.market == Market.ON_DEMAND
+    os.killpg(job, signal.SIGKILL)
