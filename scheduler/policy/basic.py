@@ -1,0 +1,40 @@
+"""Reference policies: always on-demand, and greedy (spot when it can, else wait)."""
+
+from __future__ import annotations
+
+from .base import ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
+from .safety import can_wait, spot_is_safe
+
+
+class OnDemandPolicy(Policy):
+    """Always on-demand: the cost ceiling every score is measured against."""
+
+    name = "on-demand"
+
+    def decide(self, obs: Observation) -> Action:
+        return ON_DEMAND
+
+
+class GreedyPolicy(Policy):
+    """Spot whenever available, else wait; on-demand (for good) once slack runs out.
+
+    Slack "runs out" when waiting one more tick would no longer leave time for the remaining
+    work plus one restart on on-demand.
+    """
+
+    name = "greedy"
+
+    def decide(self, obs: Observation) -> Action:
+        if obs.on_demand:
+            return ON_DEMAND
+        cur = obs.on_spot
+        if cur is not None and obs.spot_available.get(cur, False):
+            if spot_is_safe(obs, cur) or obs.slack_if_launch < 0:
+                return SPOT(cur)
+            return ON_DEMAND
+        zone = obs.cheapest_available()
+        if zone is not None and spot_is_safe(obs, zone):
+            return SPOT(zone)
+        if not can_wait(obs) or zone is not None:
+            return ON_DEMAND
+        return WAIT

@@ -1,0 +1,136 @@
+"""spotwise: our default deadline policy. No future knowledge; learns pools online.
+
+Idea: slack (time to spare after the remaining work and one restart) only ever shrinks, by
+waiting and by restarts. Spend it where it buys most:
+- keep a reserve of slack for the restarts still expected (learned interruption rate x
+  remaining work x the restart overhead, doubled when no other pool is likely to be up);
+- above the reserve, wait out outages instead of paying on-demand;
+- at the reserve, run on-demand, but jump back to spot as soon as a pool is up and the
+  expected saving over its expected run beats the restart's cost;
+- among pools, rank by price inflated by expected interruption losses plus the one-off
+  launch cost spread over the expected run; wait for a clearly cheaper pool only when there
+  is spare slack for the expected wait.
+Hard safety (as in greedy/UP): never start or keep spot without slack for one more
+restart, never wait without time to launch on-demand at the next decision.
+"""
+
+from __future__ import annotations
+
+from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
+from .learning import AvailabilityModel
+from .safety import can_leave_on_demand, can_wait, spot_is_safe
+
+
+class SpotwisePolicy(Policy):
+    name = "spotwise"
+
+    def __init__(self, model: AvailabilityModel | None = None) -> None:
+        self.model = model or AvailabilityModel()
+        self._shared = model is not None
+
+    def reset(self) -> None:
+        if not self._shared:
+            self.model = AvailabilityModel()
+
+    def observe(self, obs: Observation) -> None:
+        self.model.update(obs.elapsed, obs.spot_available)
+
+    # ---- estimates -------------------------------------------------------------------
+
+    def _expected_run(self, zone: str, work: float) -> float:
+        lam, _ = self.model.rates(zone)
+        return max(min(work, 1.0 / lam), EPS)
+
+    def _rate_cost(self, obs: Observation, zone: str) -> float:
+        """$ per hour of work on `zone`, counting restarts its interruptions will cause."""
+        lam, _ = self.model.rates(zone)
+        price = obs.spot_price[zone]
+        return price * (1.0 + lam * obs.restart_overhead)
+
+    def _launch_cost(self, obs: Observation, zone: str) -> float:
+        return obs.restart_overhead * obs.spot_price[zone] + obs.migration_cost.get(zone, 0.0)
+
+    def _score(self, obs: Observation, zone: str) -> float:
+        """$ per hour of work if we launch `zone` now."""
+        run = self._expected_run(zone, obs.remaining_work)
+        return self._rate_cost(obs, zone) + self._launch_cost(obs, zone) / run
+
+    def _fallback_factor(self, obs: Observation) -> float:
+        """Restarts one interruption costs: 1 if another pool is likely up, else 2."""
+        p_none = 1.0
+        for zone in obs.spot_price:
+            p_none *= 1.0 - self.model.availability(zone)
+        return 1.0 + min(1.0, p_none * len(obs.spot_price)) if obs.spot_price else 2.0
+
+    def _reserve(self, obs: Observation) -> float:
+        zones = list(obs.spot_price)
+        if not zones:
+            return obs.tick_hours
+        best = min(zones, key=lambda z: self._rate_cost(obs, z))
+        lam, _ = self.model.rates(best)
+        n_int = lam * obs.remaining_work
+        return obs.tick_hours + obs.restart_overhead * (1.0 + self._fallback_factor(obs) * n_int)
+
+    # ---- decision --------------------------------------------------------------------
+
+    def decide(self, obs: Observation) -> Action:
+        o, g, w = obs.restart_overhead, obs.tick_hours, obs.remaining_work
+        s_launch = obs.slack_if_launch
+        reserve = self._reserve(obs)
+        safe = [z for z in obs.available_zones() if z in obs.spot_price and spot_is_safe(obs, z)]
+        best = min(safe, key=lambda z: (self._score(obs, z), z)) if safe else None
+        cur = obs.on_spot
+
+        if cur is not None:
+            if not spot_is_safe(obs, cur):
+                return ON_DEMAND if s_launch >= -EPS else SPOT(cur)
+            if best is not None and best != cur and s_launch - o >= reserve:
+                gain = (self._rate_cost(obs, cur) - self._rate_cost(obs, best)) * (
+                    self._expected_run(best, w)
+                )
+                if gain > self._launch_cost(obs, best) + self._slack_value(obs, best) * o:
+                    return SPOT(best)
+            return SPOT(cur)
+
+        if obs.on_demand:
+            if best is not None:
+                run = self._expected_run(best, w)
+                saving = (obs.on_demand_price - self._rate_cost(obs, best)) * run
+                slack_cost = self._slack_value(obs, best) * o * self._fallback_factor(obs)
+                if saving > self._launch_cost(obs, best) + slack_cost:
+                    return SPOT(best)
+            if can_leave_on_demand(obs) and s_launch - g >= reserve + 2 * o:
+                return WAIT
+            return ON_DEMAND
+
+        # idle (not started, waiting, or just interrupted)
+        if best is not None:
+            cheaper = self._worth_waiting_for(obs, best, s_launch - reserve)
+            if cheaper is None or not can_wait(obs):
+                return SPOT(best)
+            return WAIT
+        if can_wait(obs) and s_launch - g >= reserve - EPS:
+            return WAIT
+        return ON_DEMAND
+
+    def _slack_value(self, obs: Observation, zone: str) -> float:
+        """$ an hour of slack is worth: roughly an hour of on-demand avoided."""
+        return max(0.0, obs.on_demand_price - self._rate_cost(obs, zone))
+
+    def _worth_waiting_for(self, obs: Observation, best: str, spare: float) -> str | None:
+        """A clearly cheaper pool that is down now but expected back within the spare slack."""
+        w = obs.remaining_work
+        best_score = self._score(obs, best)
+        for zone in sorted(obs.spot_price, key=lambda z: self._rate_cost(obs, z)):
+            if obs.spot_available.get(zone, False):
+                continue
+            _, mu = self.model.rates(zone)
+            wait = 1.0 / mu
+            if spare - obs.tick_hours < 2.0 * wait:
+                continue
+            saving = (best_score - self._score(obs, zone)) * min(w, self._expected_run(zone, w))
+            if saving > self._slack_value(obs, zone) * wait * (obs.restart_overhead + wait) / max(
+                spare, EPS
+            ):
+                return zone
+        return None

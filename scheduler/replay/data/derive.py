@@ -1,0 +1,103 @@
+"""Rebuild the compact traces in this folder from the published files.
+
+Usage (from the repo root):
+    python -m scheduler.replay.data.derive /path/to/shared/data/traces
+
+Reads only; writes cbl_2022_usw2.npz and v100_2023_9zone.npz next to this file. Both are
+stored in the AVAILABLE convention (True = spot obtainable at that tick).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from scheduler.replay.trace import (
+    Convention,
+    gap_hours_from_times,
+    load_availability_csv,
+    load_fail_csv,
+    load_json_trace,
+)
+
+HERE = Path(__file__).resolve().parent
+CBL_NAMES = [f"us-west-2{z}_{g}_{n}" for z in "ab" for g in ("v100", "k80") for n in (1, 8)]
+V100_ZONES = [
+    "us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f",
+    "us-east-2a", "us-east-2b", "us-west-2a", "us-west-2b", "us-west-2c",
+]  # fmt: skip
+
+
+def derive_cbl(root: Path) -> None:
+    """2022 us-west-2a/2b traces (Can't Be Late protocol), cross-checked against raw CSVs."""
+    rows, gap = [], None
+    for name in CBL_NAMES:
+        avail, g, _ = load_json_trace(
+            root / "skypilot-spot-traces/availability/1-node/aws-10-26-2022" / f"{name}.json",
+            Convention.AVAILABLE,
+        )
+        raw, times = load_fail_csv(
+            root
+            / "michaelvll-skypilot-spot-strategy/aws-availability-2022/2022-10-26T22-05"
+            / f"{name}.txt"
+        )
+        if not np.array_equal(avail, raw):
+            raise SystemExit(f"{name}: JSON and raw CSV disagree")
+        measured = round(gap_hours_from_times(times) * 3600)
+        if measured != g:
+            raise SystemExit(f"{name}: gap_seconds {g} but timestamps say {measured}")
+        gap = g
+        rows.append(avail)
+    np.savez_compressed(
+        HERE / "cbl_2022_usw2.npz",
+        names=np.array(CBL_NAMES),
+        available=np.packbits(np.array(rows), axis=1),
+        n_ticks=np.int64(len(rows[0])),
+        gap_seconds=np.float64(gap),
+        start="2022-10-26T22:05:04Z",
+    )
+
+
+def derive_v100(root: Path) -> None:
+    """2023 p3.2xlarge traces in 9 zones, with the per-tick spot prices from skynomad."""
+    sky = root / "skynomad-artifact/data"
+    prices = json.loads((sky / "v100_spot_prices.json").read_text())
+    rows, price_rows, gaps, starts = [], [], set(), set()
+    for zone in V100_ZONES:
+        avail, times = load_availability_csv(
+            sky / "real/availability/2023-02-15/processed" / f"{zone}_v100_1.csv"
+        )
+        gaps.add(round(gap_hours_from_times(times) * 3600))
+        starts.add(times[0].isoformat())
+        rows.append(avail)
+        series = np.asarray(prices[f"{zone}_v100_1"], dtype=np.float64)
+        if len(series) != len(avail):
+            raise SystemExit(f"{zone}: {len(series)} prices for {len(avail)} ticks")
+        price_rows.append(series)
+    if len(gaps) != 1 or len(starts) != 1:
+        raise SystemExit(f"zones not aligned: gaps {gaps}, starts {starts}")
+    np.savez_compressed(
+        HERE / "v100_2023_9zone.npz",
+        names=np.array(V100_ZONES),
+        available=np.packbits(np.array(rows), axis=1),
+        n_ticks=np.int64(len(rows[0])),
+        spot_price=np.array(price_rows, dtype=np.float32),
+        gap_seconds=np.float64(gaps.pop()),
+        on_demand_price=np.float64(3.06),
+        start=starts.pop(),
+    )
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) != 1:
+        raise SystemExit(__doc__)
+    root = Path(argv[0])
+    derive_cbl(root)
+    derive_v100(root)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

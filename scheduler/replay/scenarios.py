@@ -1,0 +1,189 @@
+"""The benchmark settings of `spotwise bench deadline` and the code that runs them.
+
+Every policy sees the same windows; `optimal` is the DP lower bound computed in the same run.
+Score = (cost all on-demand - policy cost) / (cost all on-demand - cost of the work on spot
+with no interruption) x 100, from the averages over a setting's runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scheduler.policy import get_policy
+from scheduler.policy.optimal import Grid, solve
+
+from .datasets import cbl_2022, v100_2023
+from .sim import Job, simulate
+from .trace import Trace
+
+ONLINE = ("on-demand", "greedy", "uniform-progress", "spotwise")
+ALL = (*ONLINE, "optimal")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One batch of runs sharing a job: the same trace, several start windows."""
+
+    label: str
+    trace: Trace
+    starts: tuple[int, ...]
+    job: Job
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    title: str
+    cases: tuple[Case, ...]
+    published: dict[str, float] = field(default_factory=dict)
+    published_kind: str = "score"  # or "cost"
+    dp_units: int = 10
+
+
+@dataclass
+class PolicyStats:
+    costs: list[float] = field(default_factory=list)
+    misses: int = 0
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.costs)) if self.costs else math.nan
+
+
+@dataclass
+class SettingResult:
+    setting: Setting
+    runs: int
+    stats: dict[str, PolicyStats]
+    od_cost: float
+    spot_cost: float
+
+    def score(self, policy: str) -> float:
+        return 100.0 * (self.od_cost - self.stats[policy].mean) / (self.od_cost - self.spot_cost)
+
+    def ratio(self, policy: str) -> float:
+        return self.stats[policy].mean / self.stats["optimal"].mean
+
+
+def _even_starts(n_ticks: int, length: int, count: int) -> tuple[int, ...]:
+    return tuple(int(s) for s in np.linspace(0, n_ticks - length, count).round())
+
+
+def single_region(windows: int = 30) -> Setting:
+    """Can't-Be-Late protocol: 2022 us-west-2a/2b V100+K80 x1/x8, 48 h task."""
+    cases = []
+    for name, trace in cbl_2022().items():
+        longest = math.ceil(70 / trace.gap_hours)
+        starts = _even_starts(trace.n_ticks, longest, windows)
+        for deadline in (52.0, 70.0):
+            for overhead in (0.02, 0.05, 0.1):
+                job = Job(48.0, deadline, overhead)
+                cases.append(Case(f"{name} d={deadline:g} o={overhead:g}", trace, starts, job))
+    return Setting(
+        "single-region",
+        "single region (2022 us-west-2a/2b, 8 traces)",
+        tuple(cases),
+        {"greedy": 28.0, "best published": 51.0},
+    )
+
+
+def multi_region(windows: int = 30) -> Setting:
+    """9-zone 2023 V100 trace with per-tick spot prices, 48 h task, 52 h deadline."""
+    trace = v100_2023()
+    starts = _even_starts(trace.n_ticks, math.ceil(52 / trace.gap_hours), windows)
+    cases = tuple(
+        Case(f"9 zones o={o:g}", trace, starts, Job(48.0, 52.0, o)) for o in (0.02, 0.05, 0.1)
+    )
+    return Setting(
+        "multi-region",
+        "multi-region (2023 V100, 9 zones, per-tick prices)",
+        cases,
+        {"greedy": 64.6, "best published": 68.7},
+        dp_units=4,
+    )
+
+
+# SkyNomad artifact, results/v100.csv: V100 Cross-Area (3 regions), 5 windows.
+SKYNOMAD_ZONES = ("us-east-1c", "us-east-2b", "us-west-2a")
+SKYNOMAD_START_HOURS = (179.725, 299.5416666666667, 419.35833333333335, 479.26666666666665,
+                        838.7166666666667)  # fmt: skip
+SKYNOMAD_JOB = Job(
+    work=39.93888888888889,
+    deadline=59.90833333333333,
+    restart_overhead=0.2,
+    migration_cost=1.0,  # 50 GB checkpoint x $0.02/GB inter-region transfer
+)
+
+
+def skynomad_3zone() -> Setting:
+    full = v100_2023().select(SKYNOMAD_ZONES)
+    starts = tuple(round(h * 3600 / 195) for h in SKYNOMAD_START_HOURS)
+    return Setting(
+        "skynomad-3zone",
+        "SkyNomad V100 3 zones (us-east-1c/2b, us-west-2a; o=0.2 h, $1/migration)",
+        (Case("3 zones", full, starts, SKYNOMAD_JOB),),
+        {"optimal": 37.37, "SkyNomad": 41.73, "UP(S)": 47.02},
+        published_kind="cost",
+        dp_units=4,
+    )
+
+
+def settings(quick: bool = False) -> list[Setting]:
+    if quick:
+        single = single_region(windows=3)
+        single = Setting(
+            single.key, single.title, tuple(c for c in single.cases if "o=0.1" in c.label),
+            single.published,
+        )  # fmt: skip
+        return [single, multi_region(windows=3), skynomad_3zone()]
+    return [single_region(), multi_region(), skynomad_3zone()]
+
+
+def _windows(case: Case) -> Iterator[Trace]:
+    length = math.ceil(case.job.deadline / case.trace.gap_hours - 1e-9)
+    for s in case.starts:
+        yield case.trace.window(s, length)
+
+
+def optimal_costs(case: Case, units: int) -> np.ndarray:
+    """DP lower bound for every window of a case, batched."""
+    wins = list(_windows(case))
+    grid = Grid.make(
+        case.trace.gap_hours, case.job.work, case.job.restart_overhead, case.job.deadline, units
+    )
+    avail = np.stack([w.available for w in wins])
+    price = np.stack([w.spot_price for w in wins])
+    cost, _ = solve(avail, price, case.trace.on_demand_price, grid)
+    return cost
+
+
+def run_setting(
+    setting: Setting,
+    policies: tuple[str, ...] = ALL,
+    progress: Callable[[str], None] | None = None,
+) -> SettingResult:
+    stats = {p: PolicyStats() for p in policies}
+    od_costs, spot_costs = [], []
+    runs = 0
+    for i, case in enumerate(setting.cases):
+        if progress:
+            progress(f"{setting.key}: case {i + 1}/{len(setting.cases)} {case.label}")
+        job = case.job
+        for win in _windows(case):
+            runs += 1
+            od_costs.append((job.work + job.restart_overhead) * win.on_demand_price)
+            cheapest = float(win.spot_price.mean(axis=1).min())
+            spot_costs.append((job.work + job.restart_overhead) * cheapest)
+            for name in policies:
+                if name == "optimal":
+                    continue
+                out = simulate(win, job, get_policy(name))
+                stats[name].costs.append(out.cost)
+                stats[name].misses += not out.met_deadline
+        if "optimal" in policies:
+            stats["optimal"].costs.extend(float(c) for c in optimal_costs(case, setting.dp_units))
+    return SettingResult(setting, runs, stats, float(np.mean(od_costs)), float(np.mean(spot_costs)))
