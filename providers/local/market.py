@@ -108,14 +108,7 @@ class LocalMarket:
         ts = self.settings.trace_start
         if isinstance(ts, timedelta):
             return ts.total_seconds()
-        offset = (ts - self.trace.start).total_seconds()
-        end = self.trace.n_ticks * self.trace.gap_seconds
-        if not 0 <= offset < end:
-            raise FatalError(
-                f"providers.local.trace_start {ts.isoformat()} is outside trace "
-                f"{self.trace.name} ({self.trace.start.isoformat()} + {end / 86400:.1f} days)"
-            )
-        return offset
+        return (ts - self.trace.start).total_seconds()  # inside the trace: settings check it
 
     # -- market time -------------------------------------------------------------------------
     def market_time(self, at: datetime | None = None) -> datetime:
@@ -184,7 +177,7 @@ class LocalMarket:
             )
         instance_id = instance_id_for(request.token)
         if (self.instances_dir / instance_id).exists():
-            return self._describe_one(instance_id)  # idempotent on the token
+            return self._relaunch(instance_id)  # idempotent on the token
         now = self._clock.now()
         if off.market == Market.SPOT and not self.is_available(off.pool, now):
             raise CapacityUnavailable(f"no spot capacity in {off.pool} right now", pool=off.pool)
@@ -223,8 +216,18 @@ class LocalMarket:
             os.rename(tmp, instance_dir)
         except OSError:  # someone else launched this token first
             _rmtree(tmp)
-            return self._describe_one(instance_id)
+            return self._relaunch(instance_id)
         self._start_supervisor(instance_dir)
+        return self._describe_one(instance_id)
+
+    def _relaunch(self, instance_id: str) -> Instance:
+        """The token was launched before; finish a launch that crashed before its supervisor
+        started (the supervisor itself refuses to run a job twice), else just report it."""
+        d = self.instances_dir / instance_id
+        fresh = _age_s(d / state.SPEC) < _ORPHAN_AFTER_S
+        started = any((d / f).exists() for f in (state.SUPERVISOR, state.JOB, state.END))
+        if fresh and not started and not state.supervisor_alive(d):
+            self._start_supervisor(d)
         return self._describe_one(instance_id)
 
     def _start_supervisor(self, instance_dir: Path) -> None:

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, Field, field_validator
+from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from providers.local.trace import DEFAULT_TRACE, available_traces
+from providers.local.trace import DEFAULT_TRACE, available_traces, load_trace
 from providers.settings import Duration, StrictModel, parse_duration
 
 
@@ -55,6 +55,18 @@ class LocalSettings(StrictModel):
         if v not in names:
             raise ValueError(f"unknown trace {v!r}; shipped traces: {', '.join(names)}")
         return v
+
+    @model_validator(mode="after")
+    def _start_inside_trace(self) -> LocalSettings:
+        if isinstance(self.trace_start, datetime):
+            t = load_trace(self.trace)
+            end = t.start + timedelta(seconds=t.n_ticks * t.gap_seconds)
+            if not t.start <= self.trace_start < end:
+                raise ValueError(
+                    f"trace_start {self.trace_start.isoformat()} is outside trace {self.trace} "
+                    f"({t.start.isoformat()} .. {end.isoformat()})"
+                )
+        return self
 
     def resolved_state_dir(self) -> Path:
         return (self.state_dir or default_state_dir()).expanduser()

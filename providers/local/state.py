@@ -86,7 +86,8 @@ def ensure_epoch(state_dir: Path, now: datetime) -> datetime:
             if text:
                 return datetime.fromisoformat(text)
             time.sleep(0.01)
-        raise RuntimeError(f"{path} is empty; delete it to restart the market clock") from None
+        path.write_text(now.isoformat())  # the first creator crashed before writing it
+        return now
     with os.fdopen(fd, "w") as f:
         f.write(now.isoformat())
     return now

@@ -132,3 +132,10 @@ def test_next_unavailability_and_suggested_start(tmp_path: Path) -> None:
     assert m.next_unavailability("aws/us-east-1c/p3.2xlarge/on-demand") is None
     later = m.next_unavailability(POOL, after=when)
     assert later is not None and later > when
+
+
+def test_trace_start_as_time_must_lie_inside_the_trace() -> None:
+    with pytest.raises(ValidationError, match="outside trace"):
+        LocalSettings(trace_start="2024-01-01T00:00:00Z")
+    s = LocalSettings(trace_start="2023-02-16T00:00:00Z")
+    assert isinstance(s.trace_start, datetime)

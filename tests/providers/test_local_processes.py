@@ -296,3 +296,24 @@ def test_unknown_and_orphaned_instances(state_dir: Path) -> None:
     ended = wait_ended(m, inst.id)
     assert ended.end_reason == EndReason.UNKNOWN and ended.market == Market.ON_DEMAND
     os.killpg(job, signal.SIGKILL)
+
+
+def test_launch_retry_finishes_a_launch_that_crashed(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = make_market(state_dir)
+    real_start = LocalMarket._start_supervisor
+
+    def crash(self: LocalMarket, d: Path) -> None:
+        raise RuntimeError("daemon died here")
+
+    monkeypatch.setattr(LocalMarket, "_start_supervisor", crash)
+    with pytest.raises(RuntimeError):
+        m.launch(request(m, ["sleep", "30"]))
+    pending = m.find_by_token("tok-1")
+    assert pending is not None and pending.state == InstanceState.PENDING
+    monkeypatch.setattr(LocalMarket, "_start_supervisor", real_start)
+    again = make_market(state_dir).launch(request(m, ["sleep", "30"]))
+    assert again.id == pending.id and again.state == InstanceState.RUNNING
+    m.terminate([again.id])
+    assert wait_ended(m, again.id).end_reason == EndReason.TERMINATED
