@@ -217,13 +217,12 @@ def test_job_ignoring_sigterm_is_killed(state_dir: Path, tmp_path: Path) -> None
 
 
 def test_trace_driven_interruption_on_real_time(state_dir: Path, tmp_path: Path) -> None:
-    # Start two trace ticks (2 x 195 s market time) before a real outage of the pool,
-    # at 390x: the trace takes the capacity away about 1 s (real) after launch.
+    # Start two trace ticks (2 x 195 s market time) before a real outage of the pool, at
+    # 260x: the trace takes the capacity away 1.5 s (real) after the market's epoch.
     start = suggest_trace_start(POOL, timedelta(seconds=390))
-    m = make_market(state_dir, speedup=390.0, trace_start=start)
+    m = make_market(state_dir, speedup=260.0, trace_start=start)
     when = m.next_unavailability(POOL)
-    assert when is not None
-    assert timedelta(0) < when - datetime.now(UTC) <= timedelta(seconds=1.1)
+    assert when is not None and when - m.time.epoch == timedelta(seconds=1.5)
     out = tmp_path / "events"
     inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
     od = m.launch(
