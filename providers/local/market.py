@@ -80,22 +80,27 @@ class LocalMarket:
         self._clock: _Clock = clock or _UTC()
         self.state_dir = self.settings.resolved_state_dir()
         self.instances_dir = self.state_dir / "instances"
-        self.instances_dir.mkdir(parents=True, exist_ok=True)
         self.trace: Trace = load_trace(self.settings.trace)
-        epoch = state.ensure_epoch(self.state_dir, self._clock.now())
-        self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
         # Supervisors watch the trace themselves only when market time is real time; under a
         # simulated clock this object requests the interruptions (describe/poll).
         self_watch = clock is None or type(clock).__name__ == "RealClock"
-        state.write_json(
-            self.state_dir / "market.json",
-            {
-                "speedup": self.settings.speedup,
-                "trace": self.settings.trace,
-                "trace_start_s": self.time.trace_start_s,
-                "self_watch": self_watch,
-            },
-        )
+        try:
+            self.instances_dir.mkdir(parents=True, exist_ok=True)
+            epoch = state.ensure_epoch(self.state_dir, self._clock.now())
+            self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
+            state.write_json(
+                self.state_dir / "market.json",
+                {
+                    "speedup": self.settings.speedup,
+                    "trace": self.settings.trace,
+                    "trace_start_s": self.time.trace_start_s,
+                    "self_watch": self_watch,
+                },
+            )
+        except OSError as e:
+            raise FatalError(
+                f"providers.local.state_dir {self.state_dir} is not usable: {e.strerror or e}"
+            ) from e
         clouds, regions = self.settings.clouds, self.settings.regions
         self._rows = [
             r
@@ -210,8 +215,12 @@ class LocalMarket:
         }
         # Claim the token atomically: build the directory aside, then rename it into place.
         tmp = self.instances_dir / f".tmp-{instance_id}-{uuid.uuid4().hex[:8]}"
-        tmp.mkdir()
-        state.write_json(tmp / state.SPEC, spec)
+        try:
+            tmp.mkdir()
+            state.write_json(tmp / state.SPEC, spec)
+        except OSError as e:
+            _rmtree(tmp)
+            raise TransientError(f"cannot write local instance state: {e}") from e
         try:
             os.rename(tmp, instance_dir)
         except OSError:  # someone else launched this token first
@@ -265,7 +274,7 @@ class LocalMarket:
 
     def list_tagged(self, owner: str) -> list[Instance]:
         out = []
-        for spec in self._specs():
+        for spec in self._specs(live_only=True):
             if spec.get("tags", {}).get(TAG_OWNER) != owner:
                 continue
             inst = self._describe_one(spec["id"])
@@ -292,7 +301,20 @@ class LocalMarket:
     def poll(self) -> list[str]:
         """Request trace-driven interruptions due by the clock; ids newly interrupted.
         Needed under a simulated clock (describe() and list_tagged() also do it)."""
-        return [s["id"] for s in self._specs() if self._enforce_trace(s)]
+        return [s["id"] for s in self._specs(live_only=True) if self._enforce_trace(s)]
+
+    def prune(self, older_than: timedelta) -> int:
+        """Delete the directories (logs included) of instances that ended more than
+        `older_than` ago (real time); returns how many. Keeps a long-lived state_dir small."""
+        cutoff = datetime.now(UTC) - older_than
+        removed = 0
+        for d in self.instances_dir.glob("local-*"):
+            end = state.read_json(d / state.END)
+            ended_at = _dt(end.get("ended_at")) if end else None
+            if ended_at is not None and ended_at < cutoff:
+                _rmtree(d)
+                removed += 1
+        return removed
 
     def instance_dir(self, instance_id: str) -> Path:
         """Where an instance's logs (stdout.log, stderr.log) and working directory live."""
@@ -305,9 +327,11 @@ class LocalMarket:
         d = self.instances_dir / instance_id
         return d if (d / state.SPEC).exists() else None
 
-    def _specs(self) -> list[dict[str, Any]]:
+    def _specs(self, live_only: bool = False) -> list[dict[str, Any]]:
         specs = []
         for d in sorted(self.instances_dir.glob("local-*")):
+            if live_only and (d / state.END).exists():
+                continue
             spec = state.read_json(d / state.SPEC)
             if spec is not None:
                 specs.append(spec)

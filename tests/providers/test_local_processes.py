@@ -17,6 +17,7 @@ import pytest
 from providers.base import (
     TAG_OWNER,
     EndReason,
+    FatalError,
     Instance,
     InstanceState,
     LaunchRequest,
@@ -316,3 +317,23 @@ def test_launch_retry_finishes_a_launch_that_crashed(
     assert again.id == pending.id and again.state == InstanceState.RUNNING
     m.terminate([again.id])
     assert wait_ended(m, again.id).end_reason == EndReason.TERMINATED
+
+
+def test_prune_removes_only_long_ended_instances(state_dir: Path) -> None:
+    m = make_market(state_dir)
+    done = m.launch(request(m, ["true"], token="done"))
+    live = m.launch(request(m, ["sleep", "30"], token="live"))
+    wait_ended(m, done.id)
+    assert m.prune(timedelta(hours=1)) == 0
+    assert m.prune(timedelta(0)) == 1
+    assert not m.instance_dir(done.id).exists() and m.instance_dir(live.id).exists()
+    assert m.describe([done.id])[0].end_reason == EndReason.UNKNOWN
+    m.terminate([live.id])
+    wait_ended(m, live.id)
+
+
+def test_unusable_state_dir_is_one_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(FatalError, match=r"state_dir .* is not usable"):
+        LocalMarket(LocalSettings(state_dir=blocker / "sub"))
