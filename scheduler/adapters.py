@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from providers.base import Provider
+from scheduler.clock import Clock, RealClock, ScaledClock
 from scheduler.config import Config
 
 
@@ -19,3 +20,16 @@ def build_providers(config: Config) -> dict[str, Provider]:
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
     return out
+
+
+def clock_for(config: Config) -> Clock:
+    """The daemon's and CLI's clock: the local market's sped-up time when it is the only
+    provider (so its spend and budgets are in market hours), real time otherwise."""
+    p = config.providers
+    local = p.local
+    if local is None or p.aws is not None or local.speedup == 1:
+        return RealClock()
+    from providers.local.state import ensure_epoch
+
+    epoch = ensure_epoch(local.resolved_state_dir(), RealClock().now())
+    return ScaledClock(epoch, local.speedup)

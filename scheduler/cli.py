@@ -17,7 +17,7 @@ from rich.live import Live
 from rich.table import Table
 
 from scheduler import views
-from scheduler.clock import RealClock
+from scheduler.adapters import clock_for
 from scheduler.config import load_config
 from scheduler.db import open_db, open_existing
 from scheduler.errors import UserError
@@ -83,7 +83,7 @@ def submit(
 
     spec = load_jobspec(job_file)
     cfg, engine = _engine(config, create=True)
-    job = submit_job(engine, spec, RealClock().now(), cfg.daemon.resolved_checkpoint_root())
+    job = submit_job(engine, spec, clock_for(cfg).now(), cfg.daemon.resolved_checkpoint_root())
     if output is Output.json:
         _print_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
@@ -219,8 +219,8 @@ def cancel(
     """Cancel a job (its instance is asked to checkpoint and stop)."""
     from scheduler.jobs import cancel as cancel_job
 
-    _, engine = _engine(config)
-    j = cancel_job(engine, job, RealClock().now())
+    cfg, engine = _engine(config)
+    j = cancel_job(engine, job, clock_for(cfg).now())
     out.print(f"cancel requested for {j.id}")
 
 

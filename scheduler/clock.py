@@ -15,6 +15,8 @@ class Clock(Protocol):
 
 
 class RealClock:
+    speedup = 1.0
+
     def now(self) -> datetime:
         return datetime.now(UTC)
 
@@ -24,6 +26,8 @@ class RealClock:
 
 class SimClock:
     """A clock that only moves when told to (tests, replay). sleep() advances it instantly."""
+
+    speedup = 1.0
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
@@ -44,3 +48,18 @@ class SimClock:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+class ScaledClock:
+    """Real time sped up around an anchor: the local market's world, where trace hours pass in
+    real seconds, so prices, spend, budgets and deadlines all move at the market's speed."""
+
+    def __init__(self, anchor: datetime, speedup: float) -> None:
+        self.anchor = anchor
+        self.speedup = speedup
+
+    def now(self) -> datetime:
+        return self.anchor + (datetime.now(UTC) - self.anchor) * self.speedup
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds / self.speedup)

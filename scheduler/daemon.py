@@ -16,8 +16,8 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from scheduler import systemd
-from scheduler.adapters import build_providers
-from scheduler.clock import Clock, RealClock
+from scheduler.adapters import build_providers, clock_for
+from scheduler.clock import Clock
 from scheduler.config import Config, find_config, load_config
 from scheduler.db import open_db
 from scheduler.errors import UserError
@@ -30,7 +30,7 @@ class Daemon:
     def __init__(self, config_path: str | Path | None = None, clock: Clock | None = None) -> None:
         self.config_path = find_config(config_path)
         self.config: Config = load_config(self.config_path)
-        self.clock = clock or RealClock()
+        self.clock = clock or clock_for(self.config)
         self.engine = open_db(self.config.daemon.resolved_database_url())
         self.reconciler = Reconciler(
             self.engine, self.config, build_providers(self.config), self.clock
@@ -52,6 +52,8 @@ class Daemon:
     def _schedule(self) -> None:
         d = self.config.daemon
         sched = self._scheduler
+        # Intervals are in clock time; on the sped-up local market they pass faster.
+        speed = getattr(self.clock, "speedup", 1.0)
         assert sched is not None
         for name, every in (
             ("poll_prices", d.price_interval),
@@ -64,7 +66,7 @@ class Daemon:
                 args=[name],
                 id=name,
                 replace_existing=True,
-                seconds=every.total_seconds(),
+                seconds=every.total_seconds() / speed,
                 coalesce=True,
                 max_instances=1,
             )

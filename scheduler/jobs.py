@@ -31,7 +31,7 @@ def submit(engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str) -
         checkpoint_uri=uri,
         created_at=now,
         updated_at=now,
-        deadline=spec.deadline,
+        deadline=spec.deadline_at(now),
     )
     with Session(engine) as s:
         s.add(job)

@@ -70,7 +70,7 @@ class JobSpec(BaseModel):
     memory_gb: float = Field(default=0.0, ge=0)
     nodes: int = Field(default=1, ge=1, le=1)
     gpu_hours: float | None = Field(default=None, gt=0)
-    deadline: datetime | None = None
+    deadline: datetime | timedelta | None = None
     max_price_per_hour: float | None = Field(default=None, gt=0)
     clouds: list[str] = Field(default_factory=list)
     regions: list[str] = Field(default_factory=list)
@@ -101,17 +101,22 @@ class JobSpec(BaseModel):
     @field_validator("deadline", mode="before")
     @classmethod
     def _deadline(cls, v: Any) -> Any:
-        # A relative deadline ("52h") is resolved at submit time; see resolve_deadline().
+        # "52h" is relative to submission; submit() turns it into a time on the daemon's clock.
         if isinstance(v, str) and not re.match(r"^\d{4}-", v):
-            return datetime.now(UTC) + parse_duration(v)
+            return parse_duration(v)
         return v
 
     @field_validator("deadline")
     @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is None:
+    def _aware(cls, v: datetime | timedelta | None) -> datetime | timedelta | None:
+        if isinstance(v, datetime) and v.tzinfo is None:
             v = v.replace(tzinfo=UTC)
         return v
+
+    def deadline_at(self, submitted: datetime) -> datetime | None:
+        if isinstance(self.deadline, timedelta):
+            return submitted + self.deadline
+        return self.deadline
 
     @field_validator("clouds", "regions")
     @classmethod

@@ -63,6 +63,8 @@ ACTIVE_JOB_STATES = (
     JobState.RECOVERING,
     JobState.HELD,
 )
+# A budget-held job is released once its budgets have this fraction of their limit free again.
+RELEASE_HEADROOM = 0.1
 # How many offerings one pass tries for a job after capacity errors before waiting a pass.
 MAX_LAUNCH_TRIES_PER_PASS = 4
 
@@ -381,16 +383,13 @@ class Reconciler:
         return False
 
     def _maybe_release_hold(self, s: Session, job: Job, now: datetime) -> bool:
-        """A HELD job goes back to PENDING when its budget window resets or is raised."""
-        statuses = self._budget_statuses()
-        for st in statuses:
-            if st.rule.hard and st.rule.applies_to(job.name, job.team) and st.exhausted:
-                return True
-        affordable, _ = budgets.max_affordable_price(
-            statuses, job.name, job.team, self._hold_hours()
-        )
-        if affordable is not None and affordable <= 0:
-            return True
+        """A budget-HELD job waits until every hard budget covering it has real headroom again
+        (its window reset or its limit was raised), so it does not churn at the limit."""
+        for st in self._budget_statuses():
+            rule = st.rule
+            if rule.hard and rule.applies_to(job.name, job.team):
+                if st.headroom < RELEASE_HEADROOM * rule.limit_usd:
+                    return True
         job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
         job.reason = "budget has headroom again"
         job.updated_at = now

@@ -1,0 +1,224 @@
+"""The job state machine, driven by the real Reconciler over an in-memory provider."""
+
+from __future__ import annotations
+
+import pytest
+
+from providers.base import CapacityUnavailable, EndReason, FatalError, Throttled
+from scheduler.models import AttemptEnd, AttemptState, JobState
+from scheduler.reconcile import CrashForTest, Reconciler
+
+
+def test_places_on_cheapest_and_succeeds(make_world):
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.pool == "aws/us-east-1a/p3.2xlarge/spot" and a.state is AttemptState.RUNNING
+    assert w.job(jid).state is JobState.RUNNING
+    req = w.provider.last_request
+    assert req.env["SPOTWISE_JOB_ID"] == jid and req.env["SPOTWISE_ATTEMPT"] == "1"
+    assert req.env["SPOTWISE_CHECKPOINT_URI"].endswith(jid)
+    assert req.tags == {"spotwise-job": jid, "spotwise-attempt": a.id, "spotwise-owner": "spotwise"}
+    w.tick(3600)  # one hour of running at $0.9/h
+    w.provider.end(a.instance_id, EndReason.EXITED, exit_code=0)
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.SUCCEEDED
+    (a,) = w.attempts(jid)
+    assert a.end_reason is AttemptEnd.FINISHED
+    assert a.cost_usd == pytest.approx(0.9 * 3605 / 3600, rel=1e-6)
+    assert job.cost_usd == pytest.approx(a.cost_usd)
+
+
+def test_interruption_recovers_on_another_pool(make_world):
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    first = w.attempts(jid)[0]
+    w.tick(600)
+    w.provider.end(first.instance_id, EndReason.INTERRUPTED)
+    w.tick()
+    job = w.job(jid)
+    assert job.recoveries == 1
+    attempts = w.attempts(jid)
+    assert attempts[0].end_reason is AttemptEnd.INTERRUPTED
+    # The next attempt avoids the pool that was just preempted.
+    assert len(attempts) == 2 and attempts[1].pool == "aws/us-east-1b/p3.2xlarge/spot"
+    assert job.state is JobState.RUNNING
+    assert [e.kind for e in w.events("recovering")] == ["recovering"]
+    # The trainer's own "preempted" exit code is an interruption too.
+    w.provider.end(attempts[1].instance_id, EndReason.EXITED, exit_code=75)
+    w.tick()
+    assert w.job(jid).recoveries == 2
+    assert len(w.attempts(jid)) == 3
+
+
+def test_capacity_error_marks_pool_and_moves_on(make_world):
+    w = make_world()
+    w.provider.fail_launch["aws/us-east-1a/p3.2xlarge/spot"] = CapacityUnavailable(
+        "InsufficientInstanceCapacity", pool="aws/us-east-1a/p3.2xlarge/spot"
+    )
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    attempts = w.attempts(jid)
+    assert [a.end_reason for a in attempts] == [AttemptEnd.LAUNCH_FAILED, None]
+    assert attempts[1].pool == "aws/us-east-1b/p3.2xlarge/spot"
+    assert w.job(jid).state is JobState.RUNNING
+    assert w.events("pool_unavailable")
+    # A second job skips the marked pool without even trying it (TTL not over).
+    calls = w.provider.launch_calls
+    jid2 = w.submit(name="two", gpus="V100:1")
+    w.tick()
+    assert w.provider.launch_calls == calls + 1
+    assert w.attempts(jid2)[0].pool == "aws/us-east-1b/p3.2xlarge/spot"
+
+
+def test_transient_error_retries_with_same_token(make_world):
+    w = make_world()
+    pool = "aws/us-east-1a/p3.2xlarge/spot"
+    w.provider.fail_launch[pool] = Throttled("RequestLimitExceeded")
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.state is AttemptState.LAUNCHING and a.instance_id is None
+    del w.provider.fail_launch[pool]
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.state is AttemptState.RUNNING and len(w.provider.instances) == 1
+
+
+def test_unplaceable_job_explains_itself(make_world):
+    w = make_world()
+    jid = w.submit(gpus="A100:8", max_price_per_hour=20, clouds=["aws", "gcp"])
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.PENDING
+    assert job.reason == "no offering with 8x A100 under $20/h in aws,gcp"
+
+
+def test_failed_job_and_fatal_launch(make_world):
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    a = w.attempts(jid)[0]
+    w.provider.end(a.instance_id, EndReason.EXITED, exit_code=3)
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.FAILED and "code 3" in job.reason
+
+
+def test_cancel_stops_instance(make_world):
+    from scheduler.jobs import cancel
+
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    cancel(w.rec.engine, jid, w.clock.now())
+    w.tick()
+    assert w.provider.running() == []
+    w.tick()
+    assert w.job(jid).state is JobState.CANCELLED
+    assert w.attempts(jid)[0].end_reason is AttemptEnd.CANCELLED
+
+
+def test_hard_budget_holds_job_and_is_never_overrun(make_world):
+    # $1 budget, $0.9/h spot: runs about an hour, then is stopped before crossing $1.
+    w = make_world(budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 1.0, "window": "total"}])
+    jid = w.submit(gpus="V100:1", team="ml")
+    w.tick()
+    assert w.job(jid).state is JobState.RUNNING
+    for _ in range(200):
+        w.tick(30)
+        if w.job(jid).state is JobState.HELD and not w.provider.running():
+            break
+    job = w.job(jid)
+    assert job.state is JobState.HELD and "hard budget 'team'" in job.reason
+    w.tick(30, n=3)
+    job = w.job(jid)
+    assert job.state is JobState.HELD  # nothing relaunched
+    assert 0.9 < job.cost_usd <= 1.0
+    assert [a.end_reason for a in w.attempts(jid)] == [AttemptEnd.BUDGET]
+
+
+def test_budget_headroom_blocks_launch(make_world):
+    w = make_world(budgets=[{"name": "tiny", "limit_usd": 0.001, "window": "day"}])
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.PENDING and "budget 'tiny'" in job.reason
+    assert w.provider.launch_calls == 0
+
+
+def test_soft_budget_warns(make_world):
+    w = make_world(budgets=[{"name": "soft", "limit_usd": 0.1, "window": "day", "hard": False}])
+    jid = w.submit(gpus="V100:1")
+    w.tick(n=2)
+    w.tick(3600)
+    assert w.job(jid).state is JobState.RUNNING
+    assert w.events("budget_warning")
+
+
+def test_leaked_instance_terminated_after_grace(make_world):
+    from providers.base import LaunchRequest
+
+    w = make_world(leak_grace="5m")
+    o = w.provider.offerings()[0]
+    leaked = w.provider.launch(
+        LaunchRequest("stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"})
+    )
+    foreign = w.provider.launch(LaunchRequest("other", o, ["x"], {}, {"spotwise-owner": "someone"}))
+    w.tick()
+    assert leaked.state.value == "running"
+    w.tick(400)
+    assert leaked.end_reason is EndReason.TERMINATED
+    assert foreign.state.value == "running"
+    assert w.events("leak_terminated")
+
+
+@pytest.mark.parametrize("step", ["after_intent", "after_launch", "after_record"])
+def test_crash_at_each_step_never_launches_twice(make_world, step):
+    w = make_world()
+
+    def crash(name: str) -> None:
+        if name == step:
+            raise CrashForTest(name)
+
+    crashing = Reconciler(w.rec.engine, w.rec.config, w.rec.providers, w.clock, crash_hook=crash)
+    crashing.poll_prices()
+    jid = w.submit(gpus="V100:1")
+    with pytest.raises(CrashForTest):
+        crashing.reconcile()
+    # A new daemon process over the same database and cloud.
+    for _ in range(3):
+        w.tick()
+    assert len(w.provider.instances) == 1
+    (a,) = w.attempts(jid)
+    assert a.state is AttemptState.RUNNING and a.instance_id in w.provider.instances
+    assert w.job(jid).state is JobState.RUNNING
+
+
+def test_one_bad_job_does_not_stop_others(make_world, monkeypatch):
+    w = make_world()
+    bad = w.submit(name="bad", gpus="V100:1")
+    good = w.submit(name="good", gpus="V100:1")
+    from sqlmodel import Session
+
+    from scheduler.models import Job
+
+    with Session(w.rec.engine) as s:
+        j = s.get(Job, bad)
+        j.spec_json = "{not json"
+        s.add(j)
+        s.commit()
+    w.tick()
+    assert w.job(good).state is JobState.RUNNING
+    assert w.events("step_failed")
+
+
+def test_fatal_launch_error_moves_to_next_offering(make_world):
+    w = make_world()
+    w.provider.fail_launch["aws/us-east-1a/p3.2xlarge/spot"] = FatalError("InvalidAMIID.Malformed")
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    assert w.attempts(jid)[-1].state is AttemptState.RUNNING
