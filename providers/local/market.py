@@ -7,6 +7,13 @@ they survive a daemon restart and a new LocalMarket over the same state_dir re-a
 
 Spot pools the trace marks unavailable are left out of offerings() (like a cloud's current
 capacity view); launching into one raises CapacityUnavailable(pool=...).
+
+Clocks: with no clock (or a RealClock) everything is real UTC and the supervisors watch the
+trace themselves, even while the daemon is down. With a ScaledClock (anything with `anchor`
+and `speedup`) the timeline stays real but every reported time (seen_at, launched_at,
+ended_at, notice_at, next_unavailability) is on that clock. With a simulated clock, market time
+follows the clock and this object requests trace interruptions when it is called (describe,
+list_tagged, poll); grace_period and kill_after are always real seconds.
 """
 
 from __future__ import annotations
@@ -78,15 +85,20 @@ class LocalMarket:
     def __init__(self, settings: LocalSettings | None = None, clock: _Clock | None = None) -> None:
         self.settings = settings or LocalSettings()
         self._clock: _Clock = clock or _UTC()
+        # The market's timeline (epoch, supervisors' records) is real time unless the clock is
+        # simulated. A clock with `anchor` and `speedup` (scheduler.clock.ScaledClock) is real
+        # time sped up: the timeline stays real and reported times are mapped onto the clock.
+        self._scaled = clock is not None and hasattr(clock, "anchor") and hasattr(clock, "speedup")
+        self._real = clock is None or type(clock).__name__ == "RealClock" or self._scaled
         self.state_dir = self.settings.resolved_state_dir()
         self.instances_dir = self.state_dir / "instances"
         self.trace: Trace = load_trace(self.settings.trace)
         # Supervisors watch the trace themselves only when market time is real time; under a
         # simulated clock this object requests the interruptions (describe/poll).
-        self_watch = clock is None or type(clock).__name__ == "RealClock"
+        self_watch = self._real
         try:
             self.instances_dir.mkdir(parents=True, exist_ok=True)
-            epoch = state.ensure_epoch(self.state_dir, self._clock.now())
+            epoch = state.ensure_epoch(self.state_dir, self._axis_now())
             self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
             state.write_json(
                 self.state_dir / "market.json",
@@ -118,10 +130,38 @@ class LocalMarket:
     # -- market time -------------------------------------------------------------------------
     def market_time(self, at: datetime | None = None) -> datetime:
         """Where on the trace's own time axis we are (the trace repeats after its end)."""
-        return self.trace.start + timedelta(seconds=self.time.offset(at or self._clock.now()))
+        return self.trace.start + timedelta(seconds=self._offset(at))
+
+    def _offset(self, at: datetime | None = None) -> float:
+        """Seconds into the trace at clock time `at` (default now)."""
+        return self.time.offset(self._axis_now() if at is None else self._axis_from_clock(at))
 
     def _tick(self, at: datetime | None = None) -> int:
-        return self.trace.tick(self.time.offset(at or self._clock.now()))
+        return self.trace.tick(self._offset(at))
+
+    # The timeline's axis vs the clock's: identical except under a ScaledClock.
+    def _axis_now(self) -> datetime:
+        return datetime.now(UTC) if self._real else self._clock.now()
+
+    def _axis_from_clock(self, t: datetime) -> datetime:
+        if not self._scaled:
+            return t
+        c: Any = self._clock
+        return c.anchor + (t - c.anchor) / c.speedup
+
+    def _clock_from_axis(self, t: datetime) -> datetime:
+        if not self._scaled:
+            return t
+        c: Any = self._clock
+        return c.anchor + (t - c.anchor) * c.speedup
+
+    def _clock_from_real(self, t: datetime | None) -> datetime | None:
+        """Supervisors stamp real time; report it on the caller's clock."""
+        if t is None:
+            return None
+        if self._real:
+            return self._clock_from_axis(t)
+        return self._clock.now() - (datetime.now(UTC) - t)  # simulated clock: same age
 
     def is_available(self, pool: str, at: datetime | None = None) -> bool:
         if pool.endswith("/" + Market.ON_DEMAND.value):
@@ -137,7 +177,7 @@ class LocalMarket:
         outage = self.trace.next_outage(self.trace.series_for(pool), tick)
         if outage is None:
             return None
-        return self.time.real_time_of(self.trace.offset_of_tick(outage))
+        return self._clock_from_axis(self.time.real_time_of(self.trace.offset_of_tick(outage)))
 
     # -- Provider ----------------------------------------------------------------------------
     def offerings(self) -> list[Offering]:
@@ -207,7 +247,7 @@ class LocalMarket:
             "env": env,
             "tags": dict(request.tags),
             "created_at": now.isoformat(),
-            "launch_offset_s": self.time.offset(now),
+            "launch_offset_s": self._offset(now),
             "trace": self.trace.name,
             "series": self.trace.series_for(off.pool),
             "grace_s": self.settings.grace_period.total_seconds(),
@@ -370,14 +410,15 @@ class LocalMarket:
             market=Market(spec["market"]),
             state=InstanceState.PENDING,
             tags=dict(spec["tags"]),
-            launched_at=_dt(job.get("started_at")) or _dt(spec["created_at"]),
-            notice_at=_dt(notice.get("noticed_at")) if notice else None,
+            launched_at=self._clock_from_real(_dt(job.get("started_at")))
+            or _dt(spec["created_at"]),
+            notice_at=self._clock_from_real(_dt(notice.get("noticed_at")) if notice else None),
         )
         if end is not None:
             inst.state = InstanceState.ENDED
             inst.end_reason = EndReason(end["reason"])
             inst.exit_code = end.get("exit_code")
-            inst.ended_at = _dt(end.get("ended_at"))
+            inst.ended_at = self._clock_from_real(_dt(end.get("ended_at")))
         elif state.supervisor_alive(d):
             inst.state = InstanceState.RUNNING if job else InstanceState.PENDING
         elif job or (d / state.SUPERVISOR).exists() or _age_s(d / state.SPEC) > _ORPHAN_AFTER_S:

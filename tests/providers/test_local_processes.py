@@ -337,3 +337,29 @@ def test_unusable_state_dir_is_one_clear_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(FatalError, match=r"state_dir .* is not usable"):
         LocalMarket(LocalSettings(state_dir=blocker / "sub"))
+
+
+class ScaledClock:
+    """Like scheduler.clock.ScaledClock: real time sped up around an anchor."""
+
+    def __init__(self, anchor: datetime, speedup: float) -> None:
+        self.anchor, self.speedup = anchor, speedup
+
+    def now(self) -> datetime:
+        return self.anchor + (datetime.now(UTC) - self.anchor) * self.speedup
+
+
+def test_times_are_reported_on_a_scaled_clock(state_dir: Path) -> None:
+    real = make_market(state_dir, speedup=120.0)
+    clock = ScaledClock(real.time.epoch, 120.0)
+    m = make_market(state_dir, clock=clock, speedup=120.0)
+    assert abs((m.market_time() - real.market_time()).total_seconds()) < 5  # one timeline
+    real_when, when = real.next_unavailability(POOL), m.next_unavailability(POOL)
+    assert real_when is not None and when is not None
+    assert when == clock.anchor + (real_when - clock.anchor) * 120
+    inst = m.launch(request(m, ["sleep", "0.5"]))
+    ended = wait_ended(m, inst.id)
+    assert ended.launched_at is not None and ended.ended_at is not None
+    took = (ended.ended_at - ended.launched_at).total_seconds()
+    assert 0.5 * 120 <= took <= 3 * 120  # half a real second is a market minute
+    assert abs((clock.now() - ended.ended_at).total_seconds()) < 3 * 120
