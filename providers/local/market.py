@@ -293,6 +293,7 @@ class LocalMarket:
                     stdout=out,
                     stderr=out,
                     env=env,
+                    cwd=instance_dir,
                     start_new_session=True,
                 )
                 rc = proc.wait(timeout=_SUPERVISOR_START_TIMEOUT_S)
