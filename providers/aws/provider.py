@@ -93,7 +93,7 @@ class AwsProvider:
         except (BotoCoreError, ClientError) as exc:
             raise translate(exc, what="session") from None
         self._config = Config(
-            retries={"mode": settings.retry_mode, "max_attempts": settings.max_attempts},
+            retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
             connect_timeout=settings.connect_timeout.total_seconds(),
             read_timeout=settings.read_timeout.total_seconds(),
             user_agent_extra="spotwise",

@@ -47,7 +47,7 @@ class AwsSettings(StrictModel):
     # The CPU architectures the AMI runs on (arm64 GPU types need an arm64 AMI).
     architectures: list[Literal["x86_64", "arm64"]] = Field(default_factory=lambda: ["x86_64"])
     retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
-    max_attempts: int = Field(default=5, ge=1, le=20)
+    max_attempts: int = Field(default=5, ge=1, le=20)  # per API call, the first one included
     connect_timeout: Duration = timedelta(seconds=10)
     read_timeout: Duration = timedelta(seconds=60)
     price_refresh: Duration = timedelta(minutes=5)  # spot prices, zones and the offering cache
