@@ -161,29 +161,55 @@ def optimal_costs(case: Case, units: int) -> np.ndarray:
     return cost
 
 
+@dataclass
+class CaseResult:
+    costs: dict[str, list[float]]
+    misses: dict[str, int]
+    od_costs: list[float]
+    spot_costs: list[float]
+
+
+def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult:
+    """All policies over every window of one case (picklable: runs in worker processes)."""
+    res = CaseResult({p: [] for p in policies}, dict.fromkeys(policies, 0), [], [])
+    job = case.job
+    for win in _windows(case):
+        res.od_costs.append((job.work + job.restart_overhead) * win.on_demand_price)
+        cheapest = float(win.spot_price.mean(axis=1).min())
+        res.spot_costs.append((job.work + job.restart_overhead) * cheapest)
+        for name in policies:
+            if name == "optimal":
+                continue
+            out = simulate(win, job, get_policy(name))
+            res.costs[name].append(out.cost)
+            res.misses[name] += not out.met_deadline
+    if "optimal" in policies:
+        res.costs["optimal"] = [float(c) for c in optimal_costs(case, dp_units)]
+    return res
+
+
+def collect(setting: Setting, results: list[CaseResult]) -> SettingResult:
+    names = tuple(results[0].costs) if results else ()
+    stats = {p: PolicyStats() for p in names}
+    od, spot = [], []
+    for r in results:
+        od += r.od_costs
+        spot += r.spot_costs
+        for p in names:
+            stats[p].costs += r.costs[p]
+            stats[p].misses += r.misses[p]
+    return SettingResult(setting, len(od), stats, float(np.mean(od)), float(np.mean(spot)))
+
+
 def run_setting(
     setting: Setting,
     policies: tuple[str, ...] = ALL,
     progress: Callable[[str], None] | None = None,
 ) -> SettingResult:
-    stats = {p: PolicyStats() for p in policies}
-    od_costs, spot_costs = [], []
-    runs = 0
+    """Serial run of one setting (the CLI runs cases in a process pool instead)."""
+    results = []
     for i, case in enumerate(setting.cases):
         if progress:
             progress(f"{setting.key}: case {i + 1}/{len(setting.cases)} {case.label}")
-        job = case.job
-        for win in _windows(case):
-            runs += 1
-            od_costs.append((job.work + job.restart_overhead) * win.on_demand_price)
-            cheapest = float(win.spot_price.mean(axis=1).min())
-            spot_costs.append((job.work + job.restart_overhead) * cheapest)
-            for name in policies:
-                if name == "optimal":
-                    continue
-                out = simulate(win, job, get_policy(name))
-                stats[name].costs.append(out.cost)
-                stats[name].misses += not out.met_deadline
-        if "optimal" in policies:
-            stats["optimal"].costs.extend(float(c) for c in optimal_costs(case, setting.dp_units))
-    return SettingResult(setting, runs, stats, float(np.mean(od_costs)), float(np.mean(spot_costs)))
+        results.append(run_case(case, policies, setting.dp_units))
+    return collect(setting, results)
