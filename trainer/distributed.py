@@ -84,6 +84,6 @@ def barrier(info: DistInfo, group: dist.ProcessGroup | None = None) -> None:
 
 def shutdown(info: DistInfo) -> None:
     """Destroy the group we created; collect DDP objects first (avoids a known exit hang)."""
-    gc.collect()
     if info.owns_group and dist.is_initialized():
+        gc.collect()
         dist.destroy_process_group()

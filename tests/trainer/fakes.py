@@ -21,6 +21,7 @@ class _Fake:
         self.lock = threading.Condition()
         self.preempted = False
         self.requests: list[tuple[str, str, dict[str, str]]] = []
+        """(method, path, headers with lower-case names)"""
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,7 +39,9 @@ class _Fake:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def endpoint(self) -> str:
@@ -61,7 +64,7 @@ class _Fake:
 
     def _dispatch(self, h: BaseHTTPRequestHandler, method: str) -> None:
         with self.lock:
-            self.requests.append((method, h.path, dict(h.headers)))
+            self.requests.append((method, h.path, {k.lower(): v for k, v in h.headers.items()}))
         self.handle(h, method)
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import sys
+import time
 
 import numpy as np
 import torch
@@ -34,7 +35,9 @@ def run_plan(plan: list[list[str]], results_path: str) -> None:
     codes: list[int] = []
     for argv in plan:
         scramble()
+        t0 = time.perf_counter()
         codes.append(main(argv))
+        print(f"multirun: exit {codes[-1]} in {time.perf_counter() - t0:.2f}s", file=sys.stderr)
         if rank == 0:  # written after each run: a SIGKILLed plan still reports what ran
             with open(results_path, "w") as f:
                 json.dump(codes, f)

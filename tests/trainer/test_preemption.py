@@ -1,0 +1,142 @@
+"""Notice sources: each cloud's metadata fake, the local notice file, and the real trainer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.fakes import FakeAzureEvents, FakeGcpMetadata, FakeImds
+from tests.trainer.helpers import REPO, env, progress, tiny_args
+from trainer import EXIT_PREEMPTED
+from trainer.config import PreemptionConfig
+from trainer.preemption import (
+    AwsWatcher,
+    AzureWatcher,
+    FileWatcher,
+    GcpWatcher,
+    Watcher,
+    make_watcher,
+)
+
+
+def _wait(predicate, timeout: float = 20.0) -> None:
+    """Wait for a real process/thread to reach a state (not for a simulated event)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(20)
+def test_aws_watcher_uses_imdsv2_token_and_404_means_none() -> None:
+    with FakeImds() as fake:
+        w = AwsWatcher(fake.endpoint, 0.01)
+        assert w.check() is None
+        fake.preempt()
+        notice = w.check()
+        assert notice is not None and "terminate" in notice.detail
+        methods = [(m, p) for m, p, _ in fake.requests]
+        assert methods[0] == ("PUT", "/latest/api/token")
+        assert all(h.get("x-aws-ec2-metadata-token") == fake.token for m, _, h in fake.requests[1:])
+
+
+@pytest.mark.timeout(20)
+def test_gcp_watcher_hangs_on_wait_for_change_until_preempted() -> None:
+    with FakeGcpMetadata() as fake:
+        w = GcpWatcher(fake.endpoint, 0.01, wait_seconds=10)
+        w.start()
+        _wait(lambda: fake.hanging_gets >= 1)  # parked in a hanging GET, not polling
+        assert not w.seen
+        fake.preempt()
+        assert w._seen.wait(5)
+        assert w.notice is not None and w.notice.source == "gcp"
+        assert fake.hanging_gets == 1
+        w.stop()
+
+
+@pytest.mark.timeout(20)
+def test_azure_watcher_sees_preempt_and_acknowledges() -> None:
+    with FakeAzureEvents() as fake:
+        w = AzureWatcher(fake.endpoint, 0.01)
+        assert w.check() is None
+        fake.preempt()
+        assert w.check() is not None
+        w.acknowledge()
+        assert fake.acknowledged == [fake.event_id]
+
+
+def test_file_watcher_and_selection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    notice = tmp_path / "notice.json"
+    w = FileWatcher(notice, 0.01)
+    assert w.check() is None
+    notice.write_text('{"action": "terminate", "time": "2026-11-29T15:00:00Z"}')
+    assert w.check() is not None
+    for cloud, kind in [("aws", AwsWatcher), ("gcp", GcpWatcher), ("azure", AzureWatcher)]:
+        monkeypatch.setenv("SPOTWISE_CLOUD", cloud)
+        assert type(make_watcher(PreemptionConfig())) is kind
+    monkeypatch.setenv("SPOTWISE_CLOUD", "local")
+    monkeypatch.setenv("SPOTWISE_NOTICE_FILE", str(notice))
+    assert isinstance(make_watcher(PreemptionConfig()), FileWatcher)
+    monkeypatch.setenv("SPOTWISE_AWS_IMDS_ENDPOINT", "http://127.0.0.1:9")
+    aws = make_watcher(PreemptionConfig(cloud="aws"))
+    assert isinstance(aws, AwsWatcher) and aws.endpoint == "http://127.0.0.1:9"
+    monkeypatch.delenv("SPOTWISE_CLOUD")
+    assert type(make_watcher(PreemptionConfig())) is Watcher  # SIGTERM only
+
+
+@pytest.mark.timeout(90)
+def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> None:
+    """Four real trainer processes, one per notice source, preempted mid-run."""
+    with FakeImds() as aws, FakeGcpMetadata() as gcp, FakeAzureEvents() as azure:
+        notice_file = tmp_path / "notice.json"
+        sources = {
+            "aws": ({"SPOTWISE_AWS_IMDS_ENDPOINT": aws.endpoint}, aws.preempt),
+            "gcp": ({"SPOTWISE_GCP_METADATA_ENDPOINT": gcp.endpoint}, gcp.preempt),
+            "azure": ({"SPOTWISE_AZURE_METADATA_ENDPOINT": azure.endpoint}, azure.preempt),
+            "local": (
+                {"SPOTWISE_NOTICE_FILE": str(notice_file)},
+                lambda: notice_file.write_text(
+                    json.dumps({"action": "terminate", "time": "2026-11-29T15:00:30Z"})
+                ),
+            ),
+        }
+        procs = {}
+        for cloud, (extra, _) in sources.items():
+            ckpt = tmp_path / cloud
+            argv = tiny_args(
+                ckpt, training__steps=100_000, checkpoint__interval_steps=0,
+                preemption__cloud="", preemption__poll_interval_seconds=0.02,
+                checkpoint__async_save=cloud == "gcp", training__step_delay_seconds=0.05,
+            )
+            procs[cloud] = subprocess.Popen(
+                [sys.executable, "-m", "trainer", *argv], cwd=REPO,
+                env=env(SPOTWISE_CLOUD=cloud, SPOTWISE_CHECKPOINT_URI="", **extra),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )
+        try:
+            for cloud, (_, preempt) in sources.items():
+                path = tmp_path / cloud / "progress.json"
+                _wait(lambda path=path: path.exists() and json.loads(path.read_text())["step"] >= 2,
+                      timeout=60)
+                preempt()
+            for cloud, proc in procs.items():
+                _, err = proc.communicate(timeout=60)
+                assert proc.returncode == EXIT_PREEMPTED, f"{cloud}: {err[-2000:]}"
+        finally:
+            for proc in procs.values():
+                proc.kill()
+    for cloud in sources:
+        ckpt = tmp_path / cloud
+        doc = progress(ckpt)
+        assert doc["state"] == "preempted" and doc["step"] >= 2
+        assert doc["last_checkpoint_step"] == doc["step"]
+        assert (ckpt / "latest").read_text().strip() == f"step-{doc['step']}"
+        assert (ckpt / f"step-{doc['step']}" / ".metadata").is_file()
+        assert not (ckpt / "DONE").exists()
+    assert azure.acknowledged == [azure.event_id]  # after the checkpoint, before exit
