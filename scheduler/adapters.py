@@ -14,7 +14,7 @@ def build_providers(config: Config) -> dict[str, Provider]:
     if p.local is not None:
         from providers.local.market import LocalMarket
 
-        out["local"] = LocalMarket(p.local)
+        out["local"] = LocalMarket(p.local, clock=clock_for(config))
     if p.aws is not None and getattr(p.aws, "enabled", True):
         from providers.aws import AwsProvider
 

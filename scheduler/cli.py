@@ -344,5 +344,5 @@ def main() -> None:
     try:
         app()
     except UserError as e:
-        err.print(f"[red]error:[/] {e}", highlight=False)
+        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
         sys.exit(e.exit_code)
