@@ -59,8 +59,9 @@ def to_instance(raw: dict[str, Any], now: datetime) -> Instance:
     zone = raw.get("Placement", {}).get("AvailabilityZone", "")
     market = Market.SPOT if raw.get("InstanceLifecycle") == "spot" else Market.ON_DEMAND
     launched = raw.get("LaunchTime")
-    if isinstance(launched, datetime) and launched.tzinfo is None:
-        launched = launched.replace(tzinfo=UTC)
+    if isinstance(launched, datetime):
+        launched = launched.replace(tzinfo=UTC) if launched.tzinfo is None else launched
+        launched = launched.astimezone(UTC)
     inst = Instance(
         id=raw["InstanceId"],
         cloud=CLOUD,

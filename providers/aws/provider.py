@@ -105,6 +105,7 @@ class AwsProvider:
         self._offers: dict[str, _Stamped] = {}  # region -> list[Offering]
         self._networks: dict[str, _Stamped] = {}
         self._known: dict[str, Instance] = {}  # id -> last view (region memory, launch grace)
+        self._launched: dict[str, datetime] = {}  # id -> when we launched it (our clock)
         self._ondemand = OnDemandPrices(
             self._pricing_client,
             ttl=settings.catalog_refresh,
@@ -320,6 +321,8 @@ class AwsProvider:
         inst.region = o.region
         # EC2 echoes the request; the market is ours even where the echo lacks it.
         inst.market = o.market
+        with self._lock:
+            self._launched[inst.id] = now
         self._remember([inst], now)
         return inst
 
@@ -400,11 +403,12 @@ class AwsProvider:
     def _missing(self, iid: str, now: datetime) -> Instance:
         """An id EC2 does not show: just launched (not visible yet) or gone for good."""
         known = self._known.get(iid)
+        launched = self._launched.get(iid)
         if (
             known is not None
             and known.state is not InstanceState.ENDED
-            and known.launched_at is not None
-            and now - known.launched_at < LAUNCH_VISIBILITY_GRACE
+            and launched is not None
+            and now - launched < LAUNCH_VISIBILITY_GRACE
         ):
             return replace(known, tags=dict(known.tags))
         if known is not None:
@@ -533,6 +537,7 @@ class AwsProvider:
             if len(self._known) > _MAX_KNOWN:
                 for iid in [k for k, v in self._known.items() if v.state is InstanceState.ENDED]:
                     del self._known[iid]
+                    self._launched.pop(iid, None)
 
     # ----------------------------------------------------------------- terminate
 
