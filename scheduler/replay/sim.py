@@ -10,7 +10,8 @@ Model, per tick of `gap_hours`:
   `migration_cost` once.
 - a job still unfinished at the deadline counts as a miss and is finished on on-demand
   (billed), so costs stay comparable.
-- with `budget`, a tick that could take spend over the budget is not started.
+- with `budget` (hard, USD), the daemon's budget rules decide per tick whether an attempt
+  may launch or must stop, so spend never crosses it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scheduler.budget import BudgetRule, BudgetStatus, Window, max_affordable_price, must_stop
 from scheduler.policy.base import EPS, WAIT, Action, ActionKind, Observation, Policy
 
 from .trace import Trace
@@ -118,7 +120,9 @@ def simulate(trace: Trace, job: Job, policy: Policy, finish_late: bool = True) -
             region = trace.regions[zindex[action.zone]]
             if ckpt_region is not None and region != ckpt_region:
                 mig = job.migration_cost
-        if job.budget is not None and out.cost + mig + price * g > job.budget + EPS:
+        if job.budget is not None and not _budget_allows(
+            job.budget, out.cost + mig, price, g, launch
+        ):
             out.budget_stopped = True
             place = None
             break
@@ -159,12 +163,29 @@ def simulate(trace: Trace, job: Job, policy: Policy, finish_late: bool = True) -
     if not out.finished and finish_late and not out.budget_stopped:
         rest = job.work - done
         oh = remaining_oh if place is not None and place.kind is ActionKind.ON_DEMAND else o
-        out.late_cost = (rest + oh) * od_price
+        late = (rest + oh) * od_price
+        if job.budget is not None and out.cost + late > job.budget:
+            out.budget_stopped = True
+            return out
+        out.late_cost = late
         out.cost += out.late_cost
         out.on_demand_hours += rest + oh
         out.work_done = job.work
         out.finish_time = n_ticks * g + rest + oh
     return out
+
+
+def _budget_allows(limit: float, spent: float, price: float, tick: float, launch: bool) -> bool:
+    """The daemon's hard-budget rules (scheduler.budget), applied once per tick.
+
+    A running attempt stops if the next tick would cross the limit; a new one launches only
+    if its price is affordable for a whole tick (the accrual interval).
+    """
+    rule = BudgetRule("replay", "global", limit, Window.TOTAL, hard=True)
+    if launch:
+        cap, _ = max_affordable_price([BudgetStatus(rule, spent, 0.0)], "job", "team", tick)
+        return cap is None or price <= cap + EPS
+    return not must_stop(BudgetStatus(rule, spent, price), tick)
 
 
 def _migration(trace: Trace, job: Job, ckpt_region: str | None) -> dict[str, float]:
