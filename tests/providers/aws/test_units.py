@@ -1,0 +1,229 @@
+"""Pure pieces of the AWS adapter: parsing, quoting, settings, error mapping (no server)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime
+
+import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+from pydantic import ValidationError
+
+from providers.aws.catalog import (
+    canonical_gpu,
+    gpu_memory_gb,
+    latest_linux_prices,
+    parse_instance_type,
+)
+from providers.aws.errors import scrub, translate
+from providers.aws.instances import end_reason, region_of_zone, transition_time
+from providers.aws.notices import parse_message, queue_region
+from providers.aws.pricing import load_snapshot, parse_product
+from providers.aws.provider import client_token
+from providers.aws.settings import DEFAULT_AMI, AwsSettings
+from providers.aws.userdata import MAX_USER_DATA, build_user_data
+from providers.base import (
+    CapacityUnavailable,
+    EndReason,
+    FatalError,
+    QuotaExceeded,
+    Throttled,
+    TransientError,
+)
+from tests.providers.aws.conftest import eventbridge_warning
+from tests.providers.aws.fake_pricing import product
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("mib", "gb"),
+    [(22888, 24.0), (40960, 40.0), (81920, 80.0), (144384, 141.0), (45776, 48.0), (16384, 16.0)],
+)
+def test_gpu_memory_as_sold(mib, gb):
+    assert gpu_memory_gb(mib) == gb
+
+
+def test_canonical_gpu_names():
+    assert [canonical_gpu(n) for n in ("A10G", "a100", "T4g", "RTX PRO Server 6000", "L40S")] == [
+        "A10G",
+        "A100",
+        "T4g",
+        "RTXPRO6000S",
+        "L40S",
+    ]
+
+
+def _itype(name, gpus, arch="x86_64"):
+    return {
+        "InstanceType": name,
+        "VCpuInfo": {"DefaultVCpus": 8},
+        "MemoryInfo": {"SizeInMiB": 32768},
+        "ProcessorInfo": {"SupportedArchitectures": [arch]},
+        "GpuInfo": {"Gpus": gpus} if gpus else None,
+        "SupportedUsageClasses": ["on-demand"],
+    }
+
+
+def test_parse_instance_type_filters():
+    l4 = [{"Name": "L4", "Count": 1, "MemoryInfo": {"SizeInMiB": 22888}}]
+    t = parse_instance_type(_itype("g6.2xlarge", l4), ["x86_64"])
+    assert t is not None and (t.gpu_model, t.gpu_count, t.gpu_memory_gb) == ("L4", 1, 24.0)
+    assert (t.vcpus, t.memory_gb, t.spot, t.on_demand) == (8, 32, False, True)
+    frac = [{"Name": "L4", "Count": 0, "MemoryInfo": {"SizeInMiB": 2861}}]
+    assert parse_instance_type(_itype("g6f.large", frac), ["x86_64"]) is None
+    assert parse_instance_type(_itype("g5g.xlarge", l4, "arm64"), ["x86_64"]) is None
+    assert parse_instance_type(_itype("g5g.xlarge", l4, "arm64"), ["arm64"]) is not None
+    assert parse_instance_type(_itype("m5.large", None), ["x86_64"]) is None
+
+
+def test_latest_linux_prices():
+    t0 = datetime(2026, 11, 29, 10, tzinfo=UTC)
+    t1 = datetime(2026, 11, 29, 11, tzinfo=UTC)
+
+    def row(product, price, ts, zone="us-east-1a"):
+        return {
+            "AvailabilityZone": zone,
+            "InstanceType": "g5.xlarge",
+            "ProductDescription": product,
+            "SpotPrice": price,
+            "Timestamp": ts,
+        }
+
+    rows = [
+        row("Linux/UNIX", "0.50", t0),
+        row("Linux/UNIX", "0.45", t1),
+        row("Windows", "0.01", t1),
+        row("SUSE Linux", "0.02", t1),
+        row("Linux/UNIX (Amazon VPC)", "0.44", t1, "us-east-1b"),
+        row("Linux/UNIX", "0.99", t1, "us-east-1b"),
+        row("Linux/UNIX", "bogus", t1, "us-east-1c"),
+    ]
+    assert latest_linux_prices(rows) == {
+        ("us-east-1a", "g5.xlarge"): 0.45,
+        ("us-east-1b", "g5.xlarge"): 0.44,
+    }
+
+
+def test_parse_product_and_snapshot():
+    assert parse_product(product("us-east-1", "g5.xlarge", 1.006)) == ("g5.xlarge", 1.006)
+    assert parse_product(product("us-east-1", "g5.xlarge", 0.1, "RunInstances:0002")) is None
+    snap = load_snapshot()
+    assert snap[("us-east-1", "p4d.24xlarge")] == 21.957642
+    assert snap[("us-west-2", "g5.xlarge")] == 1.006
+    assert all(v > 0 for v in snap.values())
+
+
+def test_client_token():
+    assert client_token("job-1.attempt-2") == "job-1.attempt-2"
+    long = client_token("x" * 65)
+    assert len(long) == 64 and long.startswith("sw-") and long == client_token("x" * 65)
+    assert client_token("has space") != "has space"
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_user_data_quotes_argv_and_env(tmp_path):
+    argv = ["printf", "%s|", "a b", "it's", "$HOME", "`id`", "; rm -rf /", "line\nbreak"]
+    env = {"SPOTWISE_JOB_ID": "j 1", "WEIRD": "$(id) 'q' \"d\""}
+    script = build_user_data(argv, env)
+    # Run the exports and the job line exactly as written (not the mkdir/poweroff lines).
+    lines = script.splitlines()
+    body = [ln for ln in lines if ln.startswith("export ")]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("( exec "))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("rc=$?"))
+    job = "\n".join(lines[start:end]).replace(" >>/var/log/spotwise/job.log 2>&1", "")
+    check = tmp_path / "t.sh"
+    check.write_text("\n".join([*body, job, 'printf "%s|%s" "$SPOTWISE_JOB_ID" "$WEIRD"']))
+    out = subprocess.run(
+        ["bash", str(check)], capture_output=True, text=True, timeout=10, env={"PATH": os.defpath}
+    )
+    assert out.returncode == 0, out.stderr
+    # Each argument arrives intact, and the environment is exported verbatim.
+    assert out.stdout == "a b|it's|$HOME|`id`|; rm -rf /|line\nbreak|" + "j 1|$(id) 'q' \"d\""
+    assert "shutdown -h now" in script
+    with pytest.raises(FatalError, match="16 KB"):
+        build_user_data(["x"], {"BIG": "y" * MAX_USER_DATA})
+    with pytest.raises(FatalError):
+        build_user_data(["x"], {"1BAD": "y"})
+
+
+def test_end_reasons_and_times():
+    assert end_reason("Server.SpotInstanceTermination") is EndReason.INTERRUPTED
+    assert end_reason("Client.UserInitiatedShutdown") is EndReason.TERMINATED
+    assert end_reason("Client.InstanceInitiatedShutdown") is EndReason.EXITED
+    assert end_reason("Server.InternalError") is EndReason.UNKNOWN
+    assert end_reason(None) is EndReason.UNKNOWN
+    when = datetime(2026, 11, 29, 15, 2, tzinfo=UTC)
+    assert transition_time("User initiated (2026-11-29 15:02:00 GMT)") == when
+    assert transition_time("User initiated (2026-11-29 15:02:00 UTC)") == when
+    assert transition_time("") is None
+    assert region_of_zone("us-east-1b") == "us-east-1"
+    assert region_of_zone("us-gov-west-1a") == "us-gov-west-1"
+    assert region_of_zone("us-east-1-bos-1a") == "us-east-1"
+
+
+def _client_error(code, status=400, message="m"):
+    return ClientError(
+        {
+            "Error": {"Code": code, "Message": message},
+            "ResponseMetadata": {"HTTPStatusCode": status},
+        },
+        "RunInstances",
+    )
+
+
+def test_translate():
+    pool = "aws/us-east-1a/p5.48xlarge/spot"
+    cap = translate(_client_error("InsufficientInstanceCapacity", 500), what="x", pool=pool)
+    assert type(cap) is CapacityUnavailable and cap.pool == pool
+    q = translate(_client_error("VcpuLimitExceeded"), what="x", pool=pool)
+    assert type(q) is QuotaExceeded and q.pool == pool
+    assert type(translate(_client_error("RequestLimitExceeded", 503), what="x")) is Throttled
+    assert type(translate(_client_error("Anything", 429), what="x")) is Throttled
+    assert type(translate(_client_error("InternalError", 500), what="x")) is TransientError
+    assert type(translate(_client_error("UnauthorizedOperation", 403), what="x")) is FatalError
+    assert type(translate(NoCredentialsError(), what="x")) is FatalError
+    conn = EndpointConnectionError(endpoint_url="http://x")
+    assert type(translate(conn, what="x")) is TransientError
+
+
+def test_scrub():
+    text = "key AKIAABCDEFGHIJKLMNOP sig Signature=deadbeef&X-Amz-Security-Token=tok s3cr3t-value"
+    out = scrub(text, ["s3cr3t-value"])
+    assert "AKIA" not in out and "deadbeef" not in out and "tok" not in out
+    assert "s3cr3t-value" not in out
+    assert len(scrub("x" * 5000)) < 500
+
+
+def test_settings():
+    s = AwsSettings.model_validate(
+        {"regions": ["us-east-1", "eu-west-1"], "subnet_id": "subnet-1", "price_refresh": "2m"}
+    )
+    assert s.subnet_ids == ["subnet-1"] and s.price_refresh.total_seconds() == 120
+    assert s.ami_for("eu-west-1") == DEFAULT_AMI
+    assert s.pricing_region == "us-east-1" and s.max_attempts >= 1
+    per = AwsSettings(regions=["us-east-1"], ami={"us-east-1": "ami-1"})
+    assert per.ami_for("us-east-1") == "ami-1"
+    with pytest.raises(ValidationError, match="no AMI given for region"):
+        AwsSettings(regions=["us-east-1", "us-west-2"], ami={"us-east-1": "ami-1"})
+    with pytest.raises(ValidationError, match="not an AWS region"):
+        AwsSettings(regions=["useast1"])
+    with pytest.raises(ValidationError):
+        AwsSettings.model_validate({"secret_access_key": "nope"})  # no credentials in config
+    with pytest.raises(ValidationError):
+        AwsSettings.model_validate({"retry_mode": "aggressive"})
+
+
+def test_notices_parsing():
+    when = datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)
+    assert parse_message(eventbridge_warning("i-1", when)) == ("i-1", when)
+    import json
+
+    sns = json.dumps({"Type": "Notification", "Message": eventbridge_warning("i-2", when)})
+    assert parse_message(sns) == ("i-2", when)
+    assert parse_message("not json") is None
+    assert parse_message('{"detail-type": "EC2 Instance Rebalance Recommendation"}') is None
+    assert queue_region("https://sqs.eu-west-1.amazonaws.com/123/q") == "eu-west-1"
+    assert queue_region("http://127.0.0.1:5000/123/q") is None
