@@ -106,6 +106,16 @@ class PolicySettings(StrictModel):
     restart_overhead: Duration = timedelta(minutes=3)
     spot_interruption_prior: float = Field(default=0.1, ge=0)
 
+    @field_validator("deadline_policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        from scheduler.policy import POLICY_NAMES
+
+        if v not in POLICY_NAMES or v == "optimal":
+            names = ", ".join(n for n in POLICY_NAMES if n != "optimal")
+            raise ValueError(f"unknown deadline policy {v!r}; choose one of: {names}")
+        return v
+
 
 class Config(StrictModel):
     daemon: DaemonSettings = DaemonSettings()

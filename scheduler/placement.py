@@ -111,18 +111,18 @@ def _pool_mask(cat: Catalog, rows: np.ndarray, pools: set[str]) -> np.ndarray:
     return np.isin(cat.pool[rows], codes)
 
 
-def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
-    """Choose the adequate offering with the lowest expected cost to finish, or say why none."""
+def candidates(req: Requirements, cat: Catalog, ctx: PlacementContext) -> tuple[np.ndarray, str]:
+    """Rows of every adequate offering, or no rows and the reason a user would want to read."""
     want = req.describe()
     rows = _hardware_rows(req, cat)
     if len(rows) == 0:
-        return Decision(None, f"no offering with {want}")
+        return _none(f"no offering with {want}")
     if req.clouds:
         rows = rows[np.isin(cat.cloud[rows], cat.clouds.codes_of(req.clouds))]
     if req.regions:
         rows = rows[np.isin(cat.region[rows], cat.regions.codes_of(req.regions))]
     if len(rows) == 0:
-        return Decision(None, f"no offering with {want}")
+        return _none(f"no offering with {want}")
 
     markets = {Market.SPOT, Market.ON_DEMAND}
     if req.spot is SpotPreference.ONLY:
@@ -135,7 +135,7 @@ def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
         rows = rows[cat.spot[rows] == (Market.SPOT in markets)] if markets else rows[:0]
         if len(rows) == 0:
             kinds = "/".join(sorted(m.value for m in markets)) or "any"
-            return Decision(None, f"no {kinds} offering with {want}")
+            return _none(f"no {kinds} offering with {want}")
     if ctx.spot_zones is not None:
         zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(ctx.spot_zones))
         rows = rows[~cat.spot[rows] | zone_ok]
@@ -144,7 +144,7 @@ def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
         under = rows[cat.price[rows] <= req.max_price_per_hour]
         if len(under) == 0:
             cheapest = float(cat.price[rows].min())
-            return Decision(None, f"no offering with {want} (cheapest is ${cheapest:.2f}/h)")
+            return _none(f"no offering with {want} (cheapest is ${cheapest:.2f}/h)")
         rows = under
 
     now = ctx.now
@@ -152,8 +152,7 @@ def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
     if blocked:
         free = rows[~_pool_mask(cat, rows, blocked)]
         if len(free) == 0:
-            return Decision(
-                None,
+            return _none(
                 f"all {len(rows)} offerings with {want} are out of capacity or were just "
                 "interrupted; retrying when their back-off ends",
             )
@@ -163,13 +162,24 @@ def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
         affordable = rows[cat.price[rows] <= ctx.max_affordable_price]
         if len(affordable) == 0:
             cheapest = float(cat.price[rows].min())
-            return Decision(
-                None,
+            return _none(
                 f"budget '{ctx.budget_name}' cannot pay ${cheapest:.2f}/h for one accrual "
                 f"interval (at most ${ctx.max_affordable_price:.2f}/h fits its headroom)",
             )
         rows = affordable
 
+    return rows, ""
+
+
+def _none(reason: str) -> tuple[np.ndarray, str]:
+    return np.empty(0, dtype=np.intp), reason
+
+
+def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
+    """Choose the adequate offering with the lowest expected cost to finish, or say why none."""
+    rows, reason = candidates(req, cat, ctx)
+    if len(rows) == 0:
+        return Decision(None, reason)
     cost = expected_cost(cat, rows, ctx)
     best = int(np.argmin(cost))
     return Decision(

@@ -38,6 +38,7 @@ from scheduler.audit import emit
 from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
+from scheduler.deadline import DeadlineJob, DeadlinePlanner
 from scheduler.jobspec import JobSpec
 from scheduler.models import (
     Attempt,
@@ -104,6 +105,11 @@ class Reconciler:
         self._crash_hook = crash_hook
         self._lock = threading.RLock()  # reconcile and accrue mutate the same rows
         self._orphans_seen: dict[str, datetime] = {}
+        self.planner = DeadlinePlanner(
+            config.policy.deadline_policy,
+            hours(config.policy.restart_overhead),
+            hours(config.daemon.reconcile_interval),
+        )
 
     def _session(self) -> Session:
         # Objects stay readable after commit: a pass reads them across short transactions.
@@ -462,13 +468,18 @@ class Reconciler:
                     return
                 spec = JobSpec.model_validate_json(job.spec_json)
                 ctx = self._context(s, job, spec, statuses, now)
-                decision = place(Requirements.from_spec(spec), self.catalogs.catalog, ctx)
+                req = Requirements.from_spec(spec)
+                if job.deadline is not None and spec.gpu_hours:
+                    advice = self.planner.advise(
+                        _deadline_job(job, spec), req, self.catalogs.catalog, ctx
+                    )
+                    if advice.context is None:
+                        self._explain(s, job, advice.reason, now)
+                        return
+                    ctx = advice.context
+                decision = place(req, self.catalogs.catalog, ctx)
                 if decision.offering is None:
-                    if job.reason != decision.reason:
-                        job.reason, job.updated_at = decision.reason, now
-                        emit(s, now, "unplaceable", decision.reason, job_id=job.id)
-                        s.add(job)
-                        s.commit()
+                    self._explain(s, job, decision.reason, now)
                     return
                 attempt = self._write_intent(s, job, decision.offering, now)
                 s.commit()
@@ -476,6 +487,14 @@ class Reconciler:
             self._step("after_intent")
             if self._launch(attempt_id):
                 return
+
+    def _explain(self, s: Session, job: Job, reason: str, now: datetime) -> None:
+        """Record why a job waits (once per distinct reason, not every pass)."""
+        if job.reason != reason:
+            job.reason, job.updated_at = reason, now
+            emit(s, now, "waiting", reason, job_id=job.id)
+            s.add(job)
+            s.commit()
 
     def _write_intent(self, s: Session, job: Job, o: Offering, now: datetime) -> Attempt:
         number = job.attempts + 1
@@ -835,6 +854,17 @@ class Reconciler:
                 attempt_id=a.id,
                 level="warning",
             )
+
+
+def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
+    per_instance = spec.gpu_specs()[0].count
+    progress = 0.0
+    if job.total_steps and job.progress_step:
+        progress = min(1.0, job.progress_step / job.total_steps)
+    assert job.deadline is not None and spec.gpu_hours is not None
+    return DeadlineJob(
+        job.id, job.created_at, job.deadline, spec.gpu_hours / per_instance, progress
+    )
 
 
 def _safe(e: BaseException) -> str:

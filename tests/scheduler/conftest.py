@@ -7,7 +7,7 @@ import pytest
 from sqlmodel import Session, select
 
 from scheduler.clock import SimClock
-from scheduler.config import BudgetSettings, Config, DaemonSettings
+from scheduler.config import BudgetSettings, Config, DaemonSettings, PolicySettings
 from scheduler.db import open_db
 from scheduler.jobs import submit
 from scheduler.jobspec import jobspec_from_dict
@@ -53,13 +53,14 @@ class World:
 
 @pytest.fixture
 def make_world(tmp_path):
-    def make(offerings=None, budgets=(), provider=None, **daemon) -> World:
+    def make(offerings=None, budgets=(), provider=None, policy=None, **daemon) -> World:
         daemon.setdefault("database_url", f"sqlite:///{tmp_path}/db.sqlite")
         daemon.setdefault("accrue_interval", "30s")
         daemon.setdefault("stop_grace", "30s")
         cfg = Config(
             daemon=DaemonSettings(**daemon),
             budgets=[BudgetSettings(**b) for b in budgets],
+            policy=PolicySettings(**(policy or {})),
         )
         fake = provider or FakeProvider(
             offerings

@@ -222,3 +222,47 @@ def test_fatal_launch_error_moves_to_next_offering(make_world):
     jid = w.submit(gpus="V100:1")
     w.tick()
     assert w.attempts(jid)[-1].state is AttemptState.RUNNING
+
+
+@pytest.mark.parametrize("policy", ["greedy", "spotwise"])
+def test_deadline_job_waits_for_spot_then_uses_on_demand(make_world, policy):
+    from datetime import timedelta
+
+    from tests.fakes import offering
+
+    # Only on-demand is offered (spot is out). 10 h of work, deadline in 30 h: plenty of slack.
+    w = make_world(
+        offerings=[offering("us-east-1a", price=3.06, market="on-demand")],
+        policy={"deadline_policy": policy, "restart_overhead": "6m"},
+        reconcile_interval="30m",
+    )
+    jid = w.submit(gpus="V100:1", gpu_hours=10, deadline="30h")
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.PENDING and "waiting for cheaper spot capacity" in job.reason
+    assert w.provider.launch_calls == 0
+    # Time passes with no spot: before the slack runs out the policy goes on-demand.
+    for _ in range(80):
+        w.tick(1800)
+        if w.attempts(jid):
+            break
+    (a,) = w.attempts(jid)
+    assert a.market == "on-demand"
+    assert a.created_at > job.created_at + timedelta(hours=10)  # it did wait for spot
+    assert a.created_at <= w.job(jid).deadline - timedelta(hours=10.1)  # and still makes it
+
+
+def test_deadline_job_takes_spot_when_available(make_world):
+    w = make_world(policy={"deadline_policy": "greedy"})
+    jid = w.submit(gpus="V100:1", gpu_hours=10, deadline="30h")
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.market == "spot" and a.zone == "us-east-1a"
+
+
+def test_bad_deadline_policy_rejected():
+    from scheduler.config import parse_config
+    from scheduler.errors import UserError
+
+    with pytest.raises(UserError, match="unknown deadline policy 'optimal'"):
+        parse_config('[policy]\ndeadline_policy = "optimal"\n', "<f>")

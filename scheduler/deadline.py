@@ -1,0 +1,104 @@
+"""Deadline jobs: the daemon asks the same policy the replay benchmark measures.
+
+At each placement point of a job with a deadline and a work estimate, the adequate offerings are
+summarised as the policy's Observation (spot availability and price per zone, the on-demand
+price, work done from progress.json, time left) and the policy's Action becomes a restriction of
+the placement context: wait, on-demand only, or spot in one zone. Pure apart from the per-job
+policy instances it keeps (policies learn pool availability online).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+import numpy as np
+
+from providers.base import Market
+from scheduler.catalog import Catalog
+from scheduler.placement import PlacementContext, Requirements, candidates
+from scheduler.policy import ActionKind, Observation, Policy, get_policy
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineJob:
+    job_id: str
+    submitted: datetime
+    deadline: datetime
+    work_hours: float  # wall-clock hours of work on one instance of the requested shape
+    progress: float  # fraction done, 0..1
+
+
+@dataclass(frozen=True, slots=True)
+class DeadlineAdvice:
+    context: PlacementContext | None  # None: wait this pass
+    reason: str
+    action: str
+
+
+class DeadlinePlanner:
+    def __init__(self, policy_name: str, restart_overhead_hours: float, tick_hours: float) -> None:
+        get_policy(policy_name)  # fail early on a bad name
+        self.policy_name = policy_name
+        self.restart_overhead = restart_overhead_hours
+        self.tick_hours = tick_hours
+        self._policies: dict[str, Policy] = {}
+        self._zones: dict[str, set[str]] = {}
+
+    def forget(self, job_id: str) -> None:
+        self._policies.pop(job_id, None)
+        self._zones.pop(job_id, None)
+
+    def advise(
+        self, job: DeadlineJob, req: Requirements, cat: Catalog, ctx: PlacementContext
+    ) -> DeadlineAdvice:
+        rows, reason = candidates(req, cat, replace(ctx, markets=None, spot_zones=None))
+        if len(rows) == 0:
+            return DeadlineAdvice(None, reason, "none")
+        spot = rows[cat.spot[rows]]
+        ondemand = rows[~cat.spot[rows]]
+        if len(ondemand) == 0:
+            # Without an on-demand fallback no deadline policy can promise anything.
+            return DeadlineAdvice(ctx, "no on-demand fallback; placing by cost", "place")
+        zone_price: dict[str, float] = {}
+        for z, p in zip(cat.zone[spot], cat.price[spot], strict=True):
+            name = cat.zones.values[z]
+            zone_price[name] = min(p, zone_price.get(name, np.inf))
+        seen = self._zones.setdefault(job.job_id, set())
+        seen.update(zone_price)
+        policy = self._policies.setdefault(job.job_id, get_policy(self.policy_name))
+        elapsed = (ctx.now - job.submitted).total_seconds() / 3600
+        obs = Observation(
+            elapsed=elapsed,
+            work_done=job.work_hours * job.progress,
+            work_total=job.work_hours,
+            deadline=(job.deadline - job.submitted).total_seconds() / 3600,
+            restart_overhead=self.restart_overhead,
+            remaining_overhead=0.0,
+            placement=None,
+            spot_available={z: z in zone_price for z in sorted(seen)},
+            spot_price={z: float(zone_price.get(z, np.inf)) for z in sorted(seen)},
+            on_demand_price=float(cat.price[ondemand].min()),
+            tick_hours=self.tick_hours,
+        )
+        policy.observe(obs)
+        action = policy.decide(obs)
+        slack = obs.slack_if_launch
+        if action.kind is ActionKind.WAIT:
+            return DeadlineAdvice(
+                None,
+                f"waiting for cheaper spot capacity: {slack:.1f} h of slack before the deadline "
+                f"(policy {self.policy_name})",
+                str(action),
+            )
+        if action.kind is ActionKind.ON_DEMAND:
+            return DeadlineAdvice(
+                replace(ctx, markets=frozenset({Market.ON_DEMAND})),
+                f"on-demand to meet the deadline ({slack:.1f} h of slack)",
+                str(action),
+            )
+        return DeadlineAdvice(
+            replace(ctx, markets=frozenset({Market.SPOT}), spot_zones=frozenset({action.zone})),
+            f"spot in {action.zone} ({slack:.1f} h of slack)",
+            str(action),
+        )
