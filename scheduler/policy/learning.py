@@ -29,11 +29,13 @@ class PoolStats:
 class AvailabilityModel:
     pools: dict[str, PoolStats] = field(default_factory=dict)
     last_time: float | None = None
+    _cache: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False)
 
     def update(self, now: float, available: dict[str, bool] | object) -> None:
         """Account the time since the last update to each pool's previous state."""
         dt = 0.0 if self.last_time is None or now < self.last_time else now - self.last_time
         self.last_time = now
+        self._cache.clear()
         for zone, ok in available.items():  # type: ignore[attr-defined]
             st = self.pools.get(zone)
             if st is None:
@@ -51,6 +53,7 @@ class AvailabilityModel:
 
     def record_interruption(self, zone: str) -> None:
         """An interruption we suffered (daemon path: seen without a probe)."""
+        self._cache.clear()
         st = self.pools.setdefault(zone, PoolStats())
         if st.last is not False:
             st.losses += 1
@@ -67,10 +70,16 @@ class AvailabilityModel:
 
     def rates(self, zone: str) -> tuple[float, float]:
         """(loss rate while up, return rate while down), per hour."""
-        lam0, mu0 = self._pooled()
+        hit = self._cache.get(zone)
+        if hit is not None:
+            return hit
+        if "" not in self._cache:
+            self._cache[""] = self._pooled()
+        lam0, mu0 = self._cache[""]
         st = self.pools.get(zone) or PoolStats()
         lam = (st.losses + lam0 * PRIOR_HOURS) / (st.up_hours + PRIOR_HOURS)
         mu = (st.returns + mu0 * PRIOR_HOURS) / (st.down_hours + PRIOR_HOURS)
+        self._cache[zone] = (lam, mu)
         return lam, mu
 
     def availability(self, zone: str) -> float:
