@@ -1,7 +1,11 @@
-"""``python -m trainer [--config tiny.toml] [--section.key VALUE ...]`` (also under torchrun)."""
+"""``python -m trainer [--nproc-per-node N] [--config F] [--section.key VALUE ...]``.
+
+Runs as one plain process, under torchrun, or (with --nproc-per-node) launches torchrun.
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from trainer import EXIT_USAGE
@@ -10,14 +14,47 @@ from trainer.config import ConfigError, parse_args
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, train, return the exit code (0 done, 75 preempted, 2 usage error)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nproc, argv = _pop_nproc(argv)
+    if nproc is not None and "LOCAL_RANK" not in os.environ:
+        from trainer.launch import launch
+
+        return launch(nproc, argv)
     try:
         cfg = parse_args(argv)
         from trainer.train import run  # torch import only once the command line is valid
 
-        return run(cfg)
+        code = run(cfg)
     except ConfigError as e:
         print(f"trainer: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        code = EXIT_USAGE
+    from trainer.launch import record_exit
+
+    record_exit(code)
+    return code
+
+
+def _pop_nproc(argv: list[str]) -> tuple[int | None, list[str]]:
+    """Take ``--nproc-per-node N`` (or ``=N``) out of argv: it selects the torchrun launcher."""
+    out: list[str] = []
+    nproc: int | None = None
+    it = iter(argv)
+    for arg in it:
+        if arg in ("--nproc-per-node", "--nproc_per_node"):
+            value = next(it, "")
+        elif arg.startswith(("--nproc-per-node=", "--nproc_per_node=")):
+            value = arg.split("=", 1)[1]
+        else:
+            out.append(arg)
+            continue
+        if not value.isdigit() or int(value) < 1:
+            print(
+                f"trainer: error: --nproc-per-node needs a positive integer, got {value!r}",
+                file=sys.stderr,
+            )
+            raise SystemExit(EXIT_USAGE)
+        nproc = int(value)
+    return nproc, out
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import shutil
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -36,6 +37,9 @@ from trainer.distributed import DistInfo
 from trainer.storage import METADATA, Store
 
 log = logging.getLogger("trainer.checkpoint")
+
+# One plain process saving is intended, not a misconfiguration.
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
 
 LATEST = "latest"
 RNG_KEY = "rng_rank"

@@ -49,7 +49,7 @@ class Store(ABC):
     def local_dir(self, step: int) -> Path:
         """Local directory DCP writes/reads ``step-<N>`` in (the store itself, or staging)."""
 
-    def upload(self, step: int, files: list[Path]) -> None:
+    def upload(self, step: int, files: list[Path]) -> None:  # noqa: B027 (optional hook)
         """Make the given files of a locally saved step durable in the store (no-op locally)."""
 
     def download(self, step: int) -> Path:

@@ -194,9 +194,9 @@ class Trainer:
             state="running",
             last_checkpoint_step=self.ckpt.last_durable_step,
         )
-        metrics = (
-            open(cfg.debug.metrics_file, "a") if cfg.debug.metrics_file and info.rank == 0 else None
-        )
+        metrics = None
+        if cfg.debug.metrics_file and info.rank == 0:
+            metrics = open(cfg.debug.metrics_file, "a")  # noqa: SIM115 (closed in finally)
         last_save = time.monotonic()
         t0, steps0 = time.perf_counter(), self.step
         preempted = False

@@ -59,14 +59,23 @@ def run_trainer(
     """``python -m trainer ARGV`` as a real process."""
     return subprocess.run(
         [sys.executable, "-m", "trainer", *argv],
-        cwd=REPO, env=env(**extra_env), capture_output=True, text=True, timeout=timeout,
+        cwd=REPO,
+        env=env(**extra_env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 def torchrun(nproc: int, script: list[str]) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0", *script,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=localhost:0",
+        *script,
     ]
 
 

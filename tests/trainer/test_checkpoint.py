@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import losses, progress, run_plan, run_trainer, same_params, tiny_args
+from tests.trainer.helpers import losses, run_plan, run_trainer, same_params, tiny_args
 from trainer.checkpoint import parse_latest
 from trainer.storage import LocalStore, open_store
 
@@ -80,8 +80,11 @@ def test_s3_round_trip(tmp_path: Path, moto_s3: str) -> None:
         "SPOTWISE_S3_ENDPOINT_URL": moto_s3,
     }
     s3 = boto3.client(
-        "s3", endpoint_url=moto_s3, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
+        "s3",
+        endpoint_url=moto_s3,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
     )
     s3.create_bucket(Bucket="ckpt")
     uri, ref, res = "s3://ckpt/jobs/j1", tmp_path / "ref", tmp_path / "res"

@@ -110,20 +110,29 @@ def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> No
         for cloud, (extra, _) in sources.items():
             ckpt = tmp_path / cloud
             argv = tiny_args(
-                ckpt, training__steps=100_000, checkpoint__interval_steps=0,
-                preemption__cloud="", preemption__poll_interval_seconds=0.02,
-                checkpoint__async_save=cloud == "gcp", training__step_delay_seconds=0.05,
+                ckpt,
+                training__steps=100_000,
+                checkpoint__interval_steps=0,
+                preemption__cloud="",
+                preemption__poll_interval_seconds=0.02,
+                checkpoint__async_save=cloud == "gcp",
+                training__step_delay_seconds=0.05,
             )
             procs[cloud] = subprocess.Popen(
-                [sys.executable, "-m", "trainer", *argv], cwd=REPO,
+                [sys.executable, "-m", "trainer", *argv],
+                cwd=REPO,
                 env=env(SPOTWISE_CLOUD=cloud, SPOTWISE_CHECKPOINT_URI="", **extra),
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
             )
         try:
             for cloud, (_, preempt) in sources.items():
                 path = tmp_path / cloud / "progress.json"
-                _wait(lambda path=path: path.exists() and json.loads(path.read_text())["step"] >= 2,
-                      timeout=60)
+                _wait(
+                    lambda path=path: path.exists() and json.loads(path.read_text())["step"] >= 2,
+                    timeout=60,
+                )
                 preempt()
             for cloud, proc in procs.items():
                 _, err = proc.communicate(timeout=60)

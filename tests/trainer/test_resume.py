@@ -8,11 +8,25 @@ Loss sequences and final parameters must be identical to the reference.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import losses, progress, run_plan, run_trainer, same_params, tiny_args
+from tests.trainer.helpers import (
+    REPO,
+    env,
+    losses,
+    progress,
+    run_plan,
+    run_trainer,
+    same_params,
+    tiny_args,
+)
+from trainer import EXIT_PREEMPTED
 
 CHAINS = [  # name, precision, async save, parallelism, ranks that get the SIGTERM
     ("fp32", "fp32", False, "ddp", [1]),
@@ -20,6 +34,7 @@ CHAINS = [  # name, precision, async save, parallelism, ranks that get the SIGTE
     ("bf16", "bf16", False, "ddp", [0]),
 ]
 FSDP_CHAIN = ("fsdp-fp16", "fp16", True, "fsdp", [0, 1])
+XSIZE = {"parallelism__mode": "fsdp", "model__dropout": 0.0}
 
 
 def _chain(tmp: Path, name: str, precision: str, async_save: bool, mode: str, ranks: list[int]):
@@ -83,42 +98,62 @@ def two_rank_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list,
     for chain in [*CHAINS, FSDP_CHAIN]:
         p, e, d = _chain(tmp, *chain)
         plan, expected, dirs = plan + p, expected + e, [*dirs, d]
-    # For the 2 -> 1 rank resume: an FSDP job preempted at step 6 (dropout off so the
-    # 1-rank continuation can be compared numerically with the 2-rank reference).
-    xref, xres = tmp / "x-ref", tmp / "x-res"
-    common = dict(parallelism__mode="fsdp", model__dropout=0.0)
-    plan += [
-        tiny_args(xref, debug__metrics_file=xref.with_suffix(".jsonl"), **common),
-        tiny_args(xres, debug__metrics_file=xres.with_suffix(".jsonl"), debug__sigterm_at_step=6,
-                  **common),
-    ]
-    expected += [0, 75]
+    # Reference for the 2 -> 1 rank resume below (dropout off so the 1-rank continuation
+    # can be compared numerically).
+    xref = tmp / "x-ref"
+    plan.append(tiny_args(xref, debug__metrics_file=xref.with_suffix(".jsonl"), **XSIZE))
+    expected.append(0)
     codes, proc = run_plan(plan, tmp, nproc=2, timeout=150)
-    return tmp, codes, expected, (proc, dirs, xref, xres)
+    return tmp, codes, expected, (proc, dirs, xref)
 
 
 @pytest.mark.timeout(180)
 def test_exact_resume_two_ranks(two_rank_runs) -> None:
-    _, codes, expected, (proc, dirs, _, _) = two_rank_runs
+    _, codes, expected, (proc, dirs, _) = two_rank_runs
     assert codes == expected, proc.stderr[-3000:]
     for ref, res in dirs:
         _check_chain(ref, res)
 
 
-@pytest.mark.timeout(60)
-def test_resume_two_ranks_on_one(two_rank_runs) -> None:
-    _, codes, _, (proc, _, xref, xres) = two_rank_runs
-    assert codes[-1] == 75, proc.stderr[-3000:]
-    assert progress(xres)["state"] == "preempted" and progress(xres)["step"] == 6
-    out = run_trainer(
-        tiny_args(xres, debug__metrics_file=xres.with_suffix(".jsonl"), model__dropout=0.0)
+@pytest.mark.timeout(90)
+def test_launcher_sigterm_exit_75_then_resume_on_one_rank(two_rank_runs, tmp_path: Path) -> None:
+    """`python -m trainer --nproc-per-node 2` gets a real SIGTERM mid-run; resume on 1 rank."""
+    _, codes, _, (proc, _, xref) = two_rank_runs
+    assert codes[-1] == 0, proc.stderr[-3000:]
+    ckpt = tmp_path / "x"
+    metrics = ckpt.with_suffix(".jsonl")
+    argv = tiny_args(ckpt, debug__metrics_file=metrics, training__step_delay_seconds=0.2, **XSIZE)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "trainer", "--nproc-per-node", "2", *argv],
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    try:
+        deadline = time.monotonic() + 60
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
+            assert time.monotonic() < deadline and launcher.poll() is None
+            time.sleep(0.02)  # waiting on a real process, not a simulated event
+        launcher.send_signal(signal.SIGTERM)  # as the local market does after the notice
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == EXIT_PREEMPTED, err[-3000:]
+    doc = progress(ckpt)
+    k = doc["step"]
+    assert doc["state"] == "preempted" and doc["last_checkpoint_step"] == k and 3 <= k < 16
+    ref = losses(xref.with_suffix(".jsonl"))
+    assert losses(metrics) == ref[:k]
+
+    out = run_trainer(tiny_args(ckpt, debug__metrics_file=metrics, **XSIZE))
     assert out.returncode == 0, out.stderr[-3000:]
-    assert "resumed from step-6" in out.stderr and "world size changed" in out.stderr
-    ref, got = losses(xref.with_suffix(".jsonl")), losses(xres.with_suffix(".jsonl"))
-    assert got[:6] == ref[:6]
-    # Same samples, same weights and optimizer state (resharded): only the reduction order
-    # differs between 2 ranks and 1, so the continuation tracks the reference closely.
-    assert got[6:] == pytest.approx(ref[6:], rel=1e-4)
-    doc = progress(xres)
+    assert f"resumed from step-{k}" in out.stderr and "world size changed" in out.stderr
+    got = losses(metrics)
+    assert got[:k] == ref[:k]
+    # Same samples, same weights and optimizer state (resharded by DCP): only the reduction
+    # order differs between 2 ranks and 1, so the continuation tracks the reference closely.
+    assert got[k:] == pytest.approx(ref[k:], rel=1e-4)
+    doc = progress(ckpt)
     assert doc["step"] == 16 and doc["world_size"] == 1 and doc["state"] == "done"

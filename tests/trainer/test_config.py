@@ -1,0 +1,55 @@
+"""Config: defaults < TOML < flags; user errors are one clear line and exit code 2."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainer import EXIT_USAGE
+from trainer.__main__ import main
+from trainer.config import ConfigError, parse_args
+
+TINY_TOML = Path(__file__).resolve().parents[2] / "trainer" / "configs" / "tiny.toml"
+
+
+def test_flags_override_toml_override_defaults(tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text('[training]\nsteps = 7\nprecision = "bf16"\n[checkpoint]\nasync_save = true\n')
+    cfg = parse_args(["--config", str(toml), "--training.steps", "9", "--seed", "3"])
+    assert cfg.training.steps == 9  # flag beats TOML
+    assert cfg.training.precision == "bf16"  # TOML beats default
+    assert cfg.checkpoint.async_save is True
+    assert cfg.training.seed == 3  # alias
+    assert cfg.model.d_model == 64  # default
+    cfg = parse_args(["--debug.sigterm_ranks", "0,1", "--checkpoint.async_save", "false"])
+    assert cfg.debug.sigterm_ranks == [0, 1] and cfg.checkpoint.async_save is False
+
+
+def test_shipped_tiny_config_parses() -> None:
+    cfg = parse_args(["--config", str(TINY_TOML)])
+    assert cfg.training.steps == 300 and cfg.checkpoint.async_save
+
+
+@pytest.mark.parametrize(
+    ("toml", "argv", "message"),
+    [
+        ("[training]\nstep = 3\n", [], "unknown setting 'training.step'"),
+        ("[trainig]\nsteps = 3\n", [], "unknown setting 'trainig.steps'"),
+        ("[training]\nsteps = 'many'\n", [], "expected an integer"),
+        ("[training\n", [], "invalid TOML"),
+        ("", ["--precision", "fp8"], "training.precision must be fp32|bf16|fp16"),
+        ("", ["--model.n_heads", "5"], "divisible"),
+    ],
+)
+def test_user_errors_name_the_setting(tmp_path: Path, toml: str, argv: list[str], message: str):
+    path = tmp_path / "bad.toml"
+    path.write_text(toml)
+    with pytest.raises(ConfigError, match=message.replace("|", r"\|").replace("(", r"\(")):
+        parse_args(["--config", str(path), *argv])
+
+
+def test_main_reports_usage_errors_without_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--config", "/nonexistent.toml"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("trainer: error: config file not found") and "Traceback" not in err
