@@ -1,4 +1,4 @@
-"""Fixtures: one moto server per session (reset per test), a fake Pricing API, hook helpers.
+"""Fixtures: one moto server for this package (reset per test), a fake Pricing API, hook helpers.
 
 Everything talks HTTP on 127.0.0.1 through the real boto3; failures are injected with
 botocore event hooks registered on the boto3.Session handed to the provider.
@@ -115,7 +115,7 @@ class TestClock:
         self.t += timedelta(seconds=seconds)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def aws_env() -> Iterator[None]:
     mp = pytest.MonkeyPatch()
     mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -130,7 +130,7 @@ def aws_env() -> Iterator[None]:
     mp.undo()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def moto_url(aws_env: None) -> Iterator[str]:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
@@ -140,7 +140,7 @@ def moto_url(aws_env: None) -> Iterator[str]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def pricing_server() -> Iterator[FakePricing]:
     fake = FakePricing().start()
     yield fake
@@ -177,7 +177,7 @@ def clock() -> TestClock:
     return TestClock()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def _loader() -> Any:
     import botocore.loaders
 
