@@ -87,12 +87,15 @@ class CheckpointManager:
         keep: int,
         on_durable: Callable[[int], None] | None = None,
         kill_in_save_at_step: int = 0,
+        overlap_staging: bool = True,
     ) -> None:
         self.store = store
         self.info = info
         self.keep = keep
         self.on_durable = on_durable
         self.kill_in_save_at_step = kill_in_save_at_step
+        self.overlap_staging = overlap_staging
+        self._staging: Future | None = None
         self.last_saved_step: int | None = None
         """Step of the last save started (identical on all ranks)."""
         self.last_durable_step: int | None = None
@@ -144,14 +147,17 @@ class CheckpointManager:
                 StagingOptions(
                     use_pinned_memory=accel,
                     use_shared_memory=False,
-                    use_async_staging=False,
+                    use_async_staging=self.overlap_staging,
                     use_non_blocking_copy=accel,
                 )
             )
         fut = dcp.async_save(
             state, checkpoint_id=ckpt_dir, process_group=self._group, async_stager=self._stager
         )
-        upload_future: Future = fut if isinstance(fut, Future) else fut.upload_completion
+        if isinstance(fut, Future):
+            upload_future = fut
+        else:  # staging runs on a thread; training must call wait_staging() before it mutates
+            upload_future, self._staging = fut.upload_completion, fut.staging_completion
         self._pending = threading.Thread(
             target=self._background, args=(step, upload_future), name=f"ckpt-{step}", daemon=True
         )
@@ -164,8 +170,15 @@ class CheckpointManager:
         except BaseException as e:  # surfaced to the training thread by wait()
             self._error = e
 
+    def wait_staging(self) -> None:
+        """Block until the in-flight async save has copied the state (call before mutating it)."""
+        if self._staging is not None:
+            self._staging.result()
+            self._staging = None
+
     def wait(self) -> None:
         """Block until an in-flight async save is durable; re-raise its error."""
+        self._staging = None
         if self._pending is not None:
             self._pending.join()
             self._pending = None

@@ -81,6 +81,9 @@ class CheckpointConfig:
     """Keep the newest K checkpoints (at least 1)."""
     async_save: bool = False
     """Stage to CPU memory and write in the background; training continues."""
+    overlap_staging: bool = True
+    """Async only: copy to CPU on a thread during the next forward/backward (the optimizer
+    step waits for it), instead of before save() returns."""
     staging_dir: str = ""
     """Local scratch for s3:// stores (save here, then upload). Empty: a temp dir."""
     progress_interval_seconds: float = 5.0

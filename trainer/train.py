@@ -99,6 +99,7 @@ class Trainer:
             cfg.checkpoint.keep,
             self.progress.checkpointed,
             cfg.debug.kill_in_save_at_step,
+            cfg.checkpoint.overlap_staging,
         )
         self.sigterm = SigtermFlag()
         self.watcher: Watcher = (
@@ -171,6 +172,7 @@ class Trainer:
         with self.precision.autocast():
             loss = self.model(x, y)
         self.precision.backward(loss)
+        self.ckpt.wait_staging()  # an async save's CPU copy overlapped forward/backward
         self.precision.step(self.optimizer, list(self.model.parameters()), t.grad_clip)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
