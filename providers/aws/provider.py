@@ -23,7 +23,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from providers.aws.catalog import GpuType, chunks, fetch_gpu_types, fetch_spot_prices, fetch_zones
-from providers.aws.errors import error_code, scrub, translate
+from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, error_code, scrub, translate
 from providers.aws.instances import CLOUD, to_instance
 from providers.aws.notices import InterruptionNotices, queue_region
 from providers.aws.pricing import OnDemandPrices
@@ -160,7 +160,14 @@ class AwsProvider:
             return self._clients[key]
 
     def _ec2(self, region: str) -> Any:
-        return self._client("ec2", region, self.settings.endpoint_url)
+        with self._lock:
+            fresh = ("ec2", region) not in self._clients
+            client = self._client("ec2", region, self.settings.endpoint_url)
+            if fresh:
+                client.meta.events.register_first(
+                    "needs-retry.ec2.RunInstances", _capacity_is_an_answer
+                )
+            return client
 
     def _pricing_client(self) -> Any:
         s = self.settings
@@ -565,6 +572,20 @@ class AwsProvider:
                     raise translate(
                         exc, what=f"terminate_instances in {region}", secrets=self._secrets
                     ) from None
+
+
+def _capacity_is_an_answer(response: Any = None, **_: Any) -> None:
+    """EC2 sends InsufficientInstanceCapacity as a 500, which botocore would retry with
+    backoff; it is an answer about the pool, so the scheduler should move on at once.
+
+    Runs just before botocore's retry handler and lowers the status it judges by.
+    """
+    if not response:
+        return
+    http, parsed = response
+    code = (parsed or {}).get("Error", {}).get("Code")
+    if code in CAPACITY_CODES or code in QUOTA_CODES:
+        http.status_code = min(http.status_code, 400)
 
 
 def _offering(
