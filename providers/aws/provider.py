@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import boto3
 from botocore.config import Config
@@ -60,6 +60,12 @@ def client_token(token: str) -> str:
     return "sw-" + hashlib.sha256(token.encode()).hexdigest()[:61]
 
 
+class _Clock(Protocol):
+    """Anything with now() (scheduler.clock.Clock fits); providers do not import scheduler."""
+
+    def now(self) -> datetime: ...
+
+
 @dataclass(slots=True)
 class _Stamped:
     at: datetime
@@ -83,7 +89,7 @@ class AwsProvider:
         *,
         owner: str = "spotwise",
         session: boto3.Session | None = None,
-        clock: Any = None,
+        clock: _Clock | None = None,
     ) -> None:
         self.settings = settings
         self.owner = owner
@@ -458,7 +464,11 @@ class AwsProvider:
         return found
 
     def _describe_filtered(
-        self, region: str, filter_sets: Iterable[dict[str, Any]], now: datetime, extra=()
+        self,
+        region: str,
+        filter_sets: Iterable[dict[str, Any]],
+        now: datetime,
+        extra: Sequence[dict[str, Any]] = (),
     ) -> list[Instance]:
         """describe_instances with filters (never InstanceIds: one unknown id fails them all)."""
         ec2 = self._ec2(region)
