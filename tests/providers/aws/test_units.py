@@ -227,3 +227,17 @@ def test_notices_parsing():
     assert parse_message('{"detail-type": "EC2 Instance Rebalance Recommendation"}') is None
     assert queue_region("https://sqs.eu-west-1.amazonaws.com/123/q") == "eu-west-1"
     assert queue_region("http://127.0.0.1:5000/123/q") is None
+
+
+def test_readme_config_example_is_valid():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    import providers.aws
+
+    readme = (Path(providers.aws.__file__).parent / "README.md").read_text()
+    block = re.search(r"```toml\n(.*?)```", readme, re.S).group(1)
+    section = tomllib.loads(block)["providers"]["aws"]
+    s = AwsSettings.model_validate(section)
+    assert s.regions == ["us-east-1", "us-west-2"] and s.retry_mode == "adaptive"
