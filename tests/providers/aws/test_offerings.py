@@ -14,6 +14,7 @@ from tests.providers.aws.conftest import (
     REGION,
     count_calls,
     ec2_client,
+    ec2_error,
     inject_spot_prices,
     spot_price,
 )
@@ -265,11 +266,37 @@ def test_subnets_restrict_zones(make_provider, moto):
     assert {o.zone for o in p.offerings()} == {"us-east-1b"}
 
 
-def test_two_regions_and_one_failing_region_keeps_the_rest(make_provider, session):
-    p = make_provider(instance_types=["g5.xlarge"], regions=[REGION, "us-west-2"])
-    regions = {o.region for o in p.offerings()}
-    assert regions == {REGION, "us-west-2"}
-    assert all(o.zone.startswith(o.region) for o in p.offerings())
+def test_two_regions_and_one_failing_region_keeps_the_rest(make_provider, session, clock):
+    west_down = {"on": False}
+
+    def hook(request: Any, **_: Any) -> AWSResponse | None:
+        # Both regions share the moto endpoint; the signing scope names the region.
+        auth = request.headers.get("Authorization", b"")
+        auth = auth.decode() if isinstance(auth, bytes) else auth
+        if west_down["on"] and "/us-west-2/ec2/" in auth:
+            return ec2_error("InternalError", 500)
+        return None
+
+    session.events.register("before-send.ec2.DescribeSpotPriceHistory", hook)
+    p = make_provider(instance_types=["g5.xlarge"], regions=[REGION, "us-west-2"], max_attempts=1)
+    first = p.offerings()
+    assert {o.region for o in first} == {REGION, "us-west-2"}
+    assert all(o.zone.startswith(o.region) for o in first)
+    west = [o for o in first if o.region == "us-west-2"]
+    # us-west-2 fails at the next refresh: its last offerings are kept, and an event says so.
+    west_down["on"] = True
+    clock.advance(301)
+    again = p.offerings()
+    assert [o for o in again if o.region == "us-west-2"] == west
+    assert {o.seen_at for o in again if o.region == REGION} == {clock.now()}
+    (event,) = p.drain_events()
+    assert "us-west-2" in event and "InternalError" in event and "keeping" in event
+    # A provider with nothing cached yet still returns the healthy region.
+    fresh = make_provider(
+        prices=False, instance_types=["g5.xlarge"], regions=[REGION, "us-west-2"], max_attempts=1
+    )
+    assert {o.region for o in fresh.offerings()} == {REGION}
+    assert any("no offerings from us-west-2" in e for e in fresh.drain_events())
 
 
 def test_a_region_error_without_cache_is_raised_typed(make_provider, session):
