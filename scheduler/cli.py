@@ -172,9 +172,8 @@ def show(
         return
     j = doc["job"]
     out.print(f"[bold]{j['id']}[/] {j['name']} ({j['team']})  [bold]{j['state']}[/]  {j['reason']}")
-    out.print(
-        f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  checkpoint {j['checkpoint_uri']}"
-    )
+    cost = _money(j["cost_usd"])
+    out.print(f"cost {cost}  recoveries {j['recoveries']}  checkpoint {j['checkpoint_uri']}")
     t = Table(title="attempts", title_justify="left")
     for c in ("#", "POOL", "INSTANCE", "$/H", "STARTED", "ENDED", "END", "COST"):
         t.add_column(c)
@@ -324,7 +323,9 @@ def demo(
     """The whole system on the local market, start to finish (about two minutes)."""
     from scheduler.demo import run_demo
 
-    raise typer.Exit(run_demo(workdir=workdir, speedup=speedup, console=out))
+    # Piped output gets a width that fits the tables instead of Rich's 80-column default.
+    console = out if out.is_terminal else Console(width=150)
+    raise typer.Exit(run_demo(workdir=workdir, speedup=speedup, console=console))
 
 
 def _mount_bench() -> None:

@@ -53,8 +53,13 @@ class DemoPlan:
 
 def _trainer_job(name: str, gpus: str, steps: int, **extra: object) -> JobSpec:
     command = [
-        sys.executable, "-m", "trainer", "--config", str(TRAINER_CONFIG),
-        "--training.steps", str(steps),
+        sys.executable,
+        "-m",
+        "trainer",
+        "--config",
+        str(TRAINER_CONFIG),
+        "--training.steps",
+        str(steps),
     ]
     return jobspec_from_dict({"name": name, "command": command, "gpus": gpus, **extra}, name)
 
@@ -64,7 +69,7 @@ def _config_text(workdir: Path, speedup: float, trace_start_s: float, budget: fl
     return f"""\
 [daemon]
 database_url = "sqlite:///{workdir}/spotwise.db"
-checkpoint_root = "{(workdir / 'checkpoints').as_uri()}"
+checkpoint_root = "{(workdir / "checkpoints").as_uri()}"
 reconcile_interval = "{speedup:g}s"
 price_interval = "{2 * speedup:g}s"
 accrue_interval = "{2 * speedup:g}s"
@@ -98,7 +103,9 @@ hard = false
 
 def _cheapest_pool(market: LocalMarket, spec: JobSpec) -> tuple[str, float]:
     offers = market.offerings()
-    d = place(Requirements.from_spec(spec), Catalog(offers), PlacementContext(now=offers[0].seen_at))
+    d = place(
+        Requirements.from_spec(spec), Catalog(offers), PlacementContext(now=offers[0].seen_at)
+    )
     if d.offering is None:
         raise RuntimeError(f"demo: {d.reason}")
     return d.offering.pool, d.offering.price_per_hour
@@ -106,22 +113,30 @@ def _cheapest_pool(market: LocalMarket, spec: JobSpec) -> tuple[str, float]:
 
 def plan_demo(workdir: Path, speedup: float) -> DemoPlan:
     """Pick a trace window where job 1's cheapest spot pool is lost ~25 s (real) after launch."""
-    job1 = _trainer_job("train-v100", "V100:1", steps=420)
-    job2 = _trainer_job("finetune-t4", "T4:1", steps=100000, team="research")
-    job3 = _trainer_job("pretrain-8xh100", "H100:8", steps=1000, max_price_per_hour=5.0)
-    lead = timedelta(seconds=25 * speedup)
+    # One torch thread per job: two trainers and the daemon share this machine's cores.
+    env = {"OMP_NUM_THREADS": "1"}
+    job1 = _trainer_job("train-v100", "V100:1", steps=300, env=env)
+    job2 = _trainer_job("finetune-t4", "T4:1", steps=100000, team="research", spot="never", env=env)
+    job3 = _trainer_job("pretrain-8xh100", "H100:8", steps=1000, max_price_per_hour=5.0, env=env)
+    lead = timedelta(seconds=15 * speedup)
     probe = workdir / "probe"
+
+    def cheapest_at(offset: timedelta) -> str:
+        settings = LocalSettings(state_dir=probe, speedup=speedup, trace_start=offset)
+        return _cheapest_pool(LocalMarket(settings), job1)[0]
+
+    # The job launches a few real seconds after the market starts, so the pool must stay the
+    # cheapest for the first ticks, then lose capacity `lead` later.
+    tick = timedelta(seconds=LocalMarket(LocalSettings(state_dir=probe)).trace.gap_seconds)
     start = timedelta(0)
-    pool = ""
-    for _ in range(8):  # the cheapest pool can change with the window; converge on one
-        market = LocalMarket(LocalSettings(state_dir=probe, speedup=speedup, trace_start=start))
-        pool, _ = _cheapest_pool(market, job1)
-        nxt = suggest_trace_start(pool, lead, after=start)
-        market = LocalMarket(LocalSettings(state_dir=probe, speedup=speedup, trace_start=nxt))
-        if _cheapest_pool(market, job1)[0] == pool:
-            start = nxt
+    pool = cheapest_at(start)
+    for _ in range(40):
+        start = suggest_trace_start(pool, lead, after=start)
+        here = [cheapest_at(start + k * tick) for k in range(4)]
+        if all(p == pool for p in here):
             break
-        start = nxt + timedelta(hours=6)
+        pool = here[0]
+        start += tick
     market = LocalMarket(LocalSettings(state_dir=probe, speedup=speedup, trace_start=start))
     _, t4_price = _cheapest_pool(market, job2)
     # The research budget buys about 30 real seconds of the T4 job, then binds.
@@ -161,15 +176,22 @@ def summary_table(engine, config: Config) -> tuple[Table, float, float]:
                 if a.started_at and a.price_per_hour:
                     ondemand += a.cost_usd / a.price_per_hour * od.get((a.zone, a.instance_type), 0)
             interrupted = sum(1 for a in attempts if a.end_reason is AttemptEnd.INTERRUPTED)
-            where = " -> ".join(
-                f"{a.zone}/{a.market}" for a in attempts if a.started_at is not None
-            ) or "-"
+            where = (
+                " -> ".join(f"{a.zone}/{a.market}" for a in attempts if a.started_at is not None)
+                or "-"
+            )
             saved = f"{100 * (1 - paid / ondemand):.0f}%" if ondemand else "-"
             total_paid += paid
             total_od += ondemand
             t.add_row(
-                job.name, job.state.value, str(len(attempts)), str(interrupted), where,
-                f"${paid:.3f}", f"${ondemand:.3f}", saved,
+                job.name,
+                job.state.value,
+                str(len(attempts)),
+                str(interrupted),
+                where,
+                f"${paid:.3f}",
+                f"${ondemand:.3f}",
+                saved,
             )
     return t, total_paid, total_od
 
@@ -192,7 +214,9 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     daemon = subprocess.Popen(
         [sys.executable, "-m", "scheduler", "daemon", "--config", str(cfg_path)],
-        stdout=log, stderr=subprocess.STDOUT, env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     clock = clock_for(config)
     ids = [
@@ -211,6 +235,7 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
         except subprocess.TimeoutExpired:
             daemon.kill()
     table, paid, ondemand = summary_table(engine, config)
+    console.print()
     console.print(table)
     if ondemand:
         console.print(
@@ -223,7 +248,10 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
     )
     with Session(engine) as s:
         states = {j.name: j.state for j in s.exec(select(Job)).all()}
-    ok = states.get("train-v100") is JobState.SUCCEEDED and states.get("finetune-t4") is JobState.HELD
+    ok = (
+        states.get("train-v100") is JobState.SUCCEEDED
+        and states.get("finetune-t4") is JobState.HELD
+    )
     return 0 if ok else 1
 
 
@@ -263,7 +291,13 @@ def _live_table(rows) -> Table:
         step = f"{r['progress_step']}/{r['total_steps']}" if r["total_steps"] else "-"
         price = f"${r['price_per_hour']:.2f}" if r["price_per_hour"] else "-"
         t.add_row(
-            r["name"], r["state"], where, price, f"${r['spent_usd']:.3f}", step,
-            str(r["recoveries"]), r["reason"][:60],
+            r["name"],
+            r["state"],
+            where,
+            price,
+            f"${r['spent_usd']:.3f}",
+            step,
+            str(r["recoveries"]),
+            r["reason"][:60],
         )
     return t

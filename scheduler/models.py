@@ -82,6 +82,10 @@ class Job(SQLModel, table=True):
     cancel_requested: bool = False
     # The last ended attempt whose outcome has been acted on (makes settling idempotent).
     settled_attempt: str | None = None
+    # Set while HELD by a hard budget: released when that window resets or the limit rises.
+    held_budget: str | None = None
+    held_window_start: datetime | None = _utc(default=None)
+    held_limit_usd: float | None = None
     attempts: int = 0
     recoveries: int = 0
     cost_usd: float = 0.0

@@ -64,8 +64,6 @@ ACTIVE_JOB_STATES = (
     JobState.RECOVERING,
     JobState.HELD,
 )
-# A budget-held job is released once its budgets have this fraction of their limit free again.
-RELEASE_HEADROOM = 0.1
 # How many offerings one pass tries for a job after capacity errors before waiting a pass.
 MAX_LAUNCH_TRIES_PER_PASS = 4
 
@@ -238,6 +236,9 @@ class Reconciler:
         a.exit_code = inst.exit_code
         a.cost_usd = self._attempt_cost(a, a.ended_at)
         s.add(a)
+        if job is not None:
+            job.cost_usd = self._job_cost(s, job.id, now)
+            s.add(job)
         self._learn_pool(s, a, end)
         emit(
             s,
@@ -342,9 +343,9 @@ class Reconciler:
             job.state, job.reason = JobState.RUNNING, f"on {a.pool} at ${a.price_per_hour:.2f}/h"
             job.updated_at = now
             s.add(job)
-        if a.state is AttemptState.STOPPING and a.stop_requested_at is not None:
-            if now - a.stop_requested_at > self.config.daemon.stop_grace * 2:
-                self._terminate(s, a, now)  # ask again; the provider treats it idempotently
+        stopping = a.state is AttemptState.STOPPING and a.stop_requested_at is not None
+        if stopping and now - a.stop_requested_at > self.config.daemon.stop_grace * 2:
+            self._terminate(s, a, now)  # ask again; the provider treats it idempotently
 
     def _settle(self, s: Session, job: Job, last: Attempt | None, now: datetime) -> bool:
         """Decide a job's next state from its latest ended attempt. True if nothing to place."""
@@ -389,15 +390,16 @@ class Reconciler:
         return False
 
     def _maybe_release_hold(self, s: Session, job: Job, now: datetime) -> bool:
-        """A budget-HELD job waits until every hard budget covering it has real headroom again
-        (its window reset or its limit was raised), so it does not churn at the limit."""
-        for st in self._budget_statuses():
-            rule = st.rule
-            if rule.hard and rule.applies_to(job.name, job.team):
-                if st.headroom < RELEASE_HEADROOM * rule.limit_usd:
-                    return True
+        """A budget-HELD job waits until that budget's window resets or its limit is raised
+        (or it is removed), so it neither churns at the limit nor waits forever."""
+        rule = next((r for r in self.config.budget_rules() if r.name == job.held_budget), None)
+        if rule is not None and rule.hard:
+            same_window = budgets.window_start(rule.window, now) == job.held_window_start
+            if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
+                return True
         job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-        job.reason = "budget has headroom again"
+        job.reason = f"budget '{job.held_budget}' has a new window or limit"
+        job.held_budget = job.held_window_start = job.held_limit_usd = None
         job.updated_at = now
         emit(s, now, "released", job.reason, job_id=job.id)
         s.add(job)
@@ -788,45 +790,42 @@ class Reconciler:
                 hold = self._hold_hours()
                 for rule in self.config.budget_rules():
                     st = budgets.status(rule, spends, now)
-                    self._publish_budget(s, st, now)
+                    before, after = self._publish_budget(s, st, now)
                     if budgets.must_stop(st, hold):
                         self._stop_for_budget(s, st, now)
-                    elif budgets.soft_exceeded(st):
-                        emit(
-                            s,
-                            now,
-                            "budget_warning",
-                            f"soft budget '{rule.name}' spent ${st.spent:.2f} of ${rule.limit_usd:.2f}",
-                            level="warning",
+                    elif budgets.soft_exceeded(st) and before != after:
+                        msg = (
+                            f"soft budget '{rule.name}' spent ${st.spent:.2f} "
+                            f"of ${rule.limit_usd:.2f}"
                         )
+                        emit(s, now, "budget_warning", msg, level="warning")
                 s.commit()
 
-    def _publish_budget(self, s: Session, st: budgets.BudgetStatus, now: datetime) -> None:
+    def _publish_budget(
+        self, s: Session, st: budgets.BudgetStatus, now: datetime
+    ) -> tuple[str, str]:
+        """Materialise the budget's spend for the CLI; returns its state before and after."""
         rule = st.rule
         row = s.get(BudgetSpend, rule.name) or BudgetSpend(
-            name=rule.name,
-            scope=rule.scope,
-            window=rule.window.value,
-            limit_usd=rule.limit_usd,
-            hard=rule.hard,
-            updated_at=now,
-        )
+            name=rule.name, scope=rule.scope, window=rule.window.value,
+            limit_usd=rule.limit_usd, hard=rule.hard, updated_at=now,
+        )  # fmt: skip
+        before = row.state
         row.scope, row.window, row.limit_usd, row.hard = (
-            rule.scope,
-            rule.window.value,
-            rule.limit_usd,
-            rule.hard,
-        )
+            rule.scope, rule.window.value, rule.limit_usd, rule.hard,
+        )  # fmt: skip
         row.window_start = budgets.window_start(rule.window, now)
         row.spent_usd = round(st.spent, 6)
         row.burn_per_hour = st.burn_per_hour
-        row.state = (
-            "exhausted"
-            if st.exhausted
-            else ("warning" if st.spent > 0.8 * rule.limit_usd else "ok")
-        )
+        if st.exhausted:
+            row.state = "exhausted"
+        elif st.spent > 0.8 * rule.limit_usd:
+            row.state = "warning"
+        else:
+            row.state = "ok"
         row.updated_at = now
         s.add(row)
+        return before, row.state
 
     def _stop_for_budget(self, s: Session, st: budgets.BudgetStatus, now: datetime) -> None:
         rows = s.exec(
@@ -844,6 +843,9 @@ class Reconciler:
             )
             self._request_stop(s, a, "budget", now)
             job.state, job.reason, job.updated_at = JobState.HELD, why, now
+            job.held_budget = st.rule.name
+            job.held_window_start = budgets.window_start(st.rule.window, now)
+            job.held_limit_usd = st.rule.limit_usd
             s.add(job)
             emit(
                 s,

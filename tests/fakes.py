@@ -30,8 +30,20 @@ def offering(
     mem: float = 16,
 ) -> Offering:
     region = zone[:-1] if cloud == "aws" else zone.rsplit("-", 1)[0]
-    return Offering(cloud, region, zone, itype, gpu, count, mem, 8 * count, 61 * count, Market(market),
-                    price, NOW)
+    return Offering(
+        cloud,
+        region,
+        zone,
+        itype,
+        gpu,
+        count,
+        mem,
+        8 * count,
+        61 * count,
+        Market(market),
+        price,
+        NOW,
+    )
 
 
 class FakeProvider:
@@ -57,9 +69,15 @@ class FakeProvider:
             return self.instances[self.tokens[request.token]]
         o = request.offering
         inst = Instance(
-            id=f"i-{next(self._ids)}", cloud=o.cloud, region=o.region, zone=o.zone,
-            instance_type=o.instance_type, market=o.market, state=InstanceState.RUNNING,
-            tags=dict(request.tags), launched_at=NOW,
+            id=f"i-{next(self._ids)}",
+            cloud=o.cloud,
+            region=o.region,
+            zone=o.zone,
+            instance_type=o.instance_type,
+            market=o.market,
+            state=InstanceState.RUNNING,
+            tags=dict(request.tags),
+            launched_at=NOW,
         )
         self.instances[inst.id] = inst
         self.tokens[request.token] = inst.id

@@ -26,7 +26,7 @@ def config_text(home: Path) -> str:
     return f"""
 [daemon]
 database_url = "sqlite:///{home}/spotwise.db"
-checkpoint_root = "{(home / 'ckpt').as_uri()}"
+checkpoint_root = "{(home / "ckpt").as_uri()}"
 reconcile_interval = "0.3s"
 price_interval = "1s"
 accrue_interval = "0.5s"
@@ -50,7 +50,9 @@ class Spotwise:
     def cli(self, *args: str) -> dict:
         r = subprocess.run(
             [sys.executable, "-m", "scheduler", *args, "-c", str(self.config), "-o", "json"],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
@@ -59,7 +61,8 @@ class Spotwise:
         self.log = (self.home / "daemon.log").open("a")
         self.daemon = subprocess.Popen(
             [sys.executable, "-m", "scheduler", "daemon", "-c", str(self.config)],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
 
     def stop(self) -> int:
@@ -90,7 +93,9 @@ def test_interrupt_migrate_resume_restart(tmp_path):
     sw.start()
     try:
         job_id = sw.cli("submit", str(job_file))["id"]
-        row = sw.wait_job(job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 8)
+        row = sw.wait_job(
+            job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 8
+        )
         first_pool = f"{row['cloud']}/{row['zone']}/{row['instance_type']}/{row['market']}"
 
         # A bad config sent with SIGHUP is rejected; the daemon keeps running on the old one.

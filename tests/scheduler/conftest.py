@@ -26,7 +26,9 @@ class World:
     def submit(self, **spec) -> str:
         spec.setdefault("name", "job")
         spec.setdefault("command", ["train"])
-        job = submit(self.rec.engine, jobspec_from_dict(spec), self.clock.now(), (self.tmp / "ckpt").as_uri())
+        job = submit(
+            self.rec.engine, jobspec_from_dict(spec), self.clock.now(), (self.tmp / "ckpt").as_uri()
+        )
         return job.id
 
     def tick(self, seconds: float = 5, n: int = 1) -> None:
@@ -41,7 +43,11 @@ class World:
 
     def attempts(self, job_id: str) -> list[Attempt]:
         with Session(self.rec.engine) as s:
-            return list(s.exec(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)).all())
+            return list(
+                s.exec(
+                    select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)
+                ).all()
+            )
 
     def events(self, kind: str | None = None) -> list[Event]:
         with Session(self.rec.engine) as s:

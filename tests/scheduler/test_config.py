@@ -52,10 +52,17 @@ def test_no_provider_means_local_market():
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('[daemon]\nreconcile_interval = "soon"\n', "<f>: daemon.reconcile_interval (line 2): expected a duration"),
-        ("[daemon]\nreconcile_intervl = '5s'\n", "<f>: daemon.reconcile_intervl (line 2): unknown key"),
         (
-            '[[budgets]]\nname = "a"\nlimit_usd = 1\n\n[[budgets]]\nname = "b"\nscope = "teams:x"\nlimit_usd = 2\n',
+            '[daemon]\nreconcile_interval = "soon"\n',
+            "<f>: daemon.reconcile_interval (line 2): expected a duration",
+        ),
+        (
+            "[daemon]\nreconcile_intervl = '5s'\n",
+            "<f>: daemon.reconcile_intervl (line 2): unknown key",
+        ),
+        (
+            '[[budgets]]\nname = "a"\nlimit_usd = 1\n\n'
+            '[[budgets]]\nname = "b"\nscope = "teams:x"\nlimit_usd = 2\n',
             "<f>: budgets.1.scope (line 7): scope must be 'global', 'team:NAME' or 'job:NAME'",
         ),
         ('[[budgets]]\nname = "a"\n', "<f>: budgets.0.limit_usd: required key is missing"),
@@ -79,7 +86,9 @@ def test_check_config_cli_exit_code_and_no_traceback(tmp_path):
     bad.write_text("[daemon]\naccrue_interval = -5\n")
     r = subprocess.run(
         [sys.executable, "-m", "scheduler", "check-config", str(bad)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 2
     assert f"{bad}: daemon.accrue_interval (line 2)" in r.stderr
@@ -88,7 +97,9 @@ def test_check_config_cli_exit_code_and_no_traceback(tmp_path):
     good.write_text(GOOD)
     r = subprocess.run(
         [sys.executable, "-m", "scheduler", "check-config", str(good)],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert r.returncode == 0, r.stderr
     assert "ok" in r.stdout
@@ -107,7 +118,9 @@ def test_jobspec_errors_name_the_key():
     with pytest.raises(UserError) as e:
         jobspec_from_dict({"name": "x", "command": "python train.py", "gpus": "A100:8"}, "job.toml")
     assert "job.toml: command: " in str(e.value)
-    with pytest.raises(UserError, match="job.toml: spot: "):
+    with pytest.raises(UserError, match=r"job\.toml: spot: "):
         jobspec_from_dict({"name": "x", "command": ["a"], "spot": "sometimes"}, "job.toml")
-    spec = jobspec_from_dict({"name": "x", "command": ["a"], "gpus": ["A100:8", "H100:8"], "gpu_memory_gb": 40})
+    spec = jobspec_from_dict(
+        {"name": "x", "command": ["a"], "gpus": ["A100:8", "H100:8"], "gpu_memory_gb": 40}
+    )
     assert [(g.model, g.min_memory_gb) for g in spec.gpu_specs()] == [("A100", 40), ("H100", 40)]

@@ -50,16 +50,19 @@ def test_any_gpu_with_80gb():
 
 
 def test_reasons():
-    assert place(req("A100:8", max_price_per_hour=5, clouds=frozenset({"aws", "gcp"})), CAT, ctx()).reason == (
-        "no offering with 8x A100 under $5/h in aws,gcp (cheapest is $11.00/h)"
-    )
+    assert place(
+        req("A100:8", max_price_per_hour=5, clouds=frozenset({"aws", "gcp"})), CAT, ctx()
+    ).reason == ("no offering with 8x A100 under $5/h in aws,gcp (cheapest is $11.00/h)")
     assert place(req("B200:8"), CAT, ctx()).reason == "no offering with 8x B200"
     d = place(req("H100:8", spot=SpotPreference.NEVER), CAT, ctx())
     assert d.reason == "no on-demand offering with 8x H100"
 
 
 def test_spot_preference():
-    assert place(req("T4:1", spot=SpotPreference.NEVER), CAT, ctx()).offering.market is Market.ON_DEMAND
+    assert (
+        place(req("T4:1", spot=SpotPreference.NEVER), CAT, ctx()).offering.market
+        is Market.ON_DEMAND
+    )
     assert place(req("T4:1", spot=SpotPreference.ONLY), CAT, ctx()).offering.market is Market.SPOT
 
 
@@ -77,7 +80,11 @@ def test_unavailable_ttl_and_avoid():
 def test_expected_cost_prefers_reliable_pool():
     # 1b is cheaper per hour but interrupted often; with 100 GPU-hours left, 1a wins.
     rates = {"aws/us-east-1b/p4d.24xlarge/spot": 2.0, "aws/us-east-1a/p4d.24xlarge/spot": 0.01}
-    d = place(req("A100:8"), CAT, ctx(interruption_rate=rates, restart_overhead_hours=0.1, lost_work_hours=0.1))
+    d = place(
+        req("A100:8"),
+        CAT,
+        ctx(interruption_rate=rates, restart_overhead_hours=0.1, lost_work_hours=0.1),
+    )
     assert d.offering.zone == "us-east-1a"
 
 

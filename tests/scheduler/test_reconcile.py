@@ -124,7 +124,9 @@ def test_cancel_stops_instance(make_world):
 
 def test_hard_budget_holds_job_and_is_never_overrun(make_world):
     # $1 budget, $0.9/h spot: runs about an hour, then is stopped before crossing $1.
-    w = make_world(budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 1.0, "window": "total"}])
+    w = make_world(
+        budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 1.0, "window": "total"}]
+    )
     jid = w.submit(gpus="V100:1", team="ml")
     w.tick()
     assert w.job(jid).state is JobState.RUNNING
@@ -165,7 +167,9 @@ def test_leaked_instance_terminated_after_grace(make_world):
     w = make_world(leak_grace="5m")
     o = w.provider.offerings()[0]
     leaked = w.provider.launch(
-        LaunchRequest("stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"})
+        LaunchRequest(
+            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"}
+        )
     )
     foreign = w.provider.launch(LaunchRequest("other", o, ["x"], {}, {"spotwise-owner": "someone"}))
     w.tick()
@@ -266,3 +270,28 @@ def test_bad_deadline_policy_rejected():
 
     with pytest.raises(UserError, match="unknown deadline policy 'optimal'"):
         parse_config('[policy]\ndeadline_policy = "optimal"\n', "<f>")
+
+
+def test_held_job_released_when_limit_raised(make_world):
+    from scheduler.config import BudgetSettings
+
+    w = make_world(
+        budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 1.0, "window": "total"}]
+    )
+    jid = w.submit(gpus="V100:1", team="ml")
+    for _ in range(200):
+        w.tick(30)
+        if w.job(jid).state is JobState.HELD and not w.provider.running():
+            break
+    w.tick(30, n=2)
+    assert w.job(jid).state is JobState.HELD
+    raised = w.rec.config.model_copy(
+        update={
+            "budgets": [BudgetSettings(name="team", scope="team:ml", limit_usd=5.0, window="total")]
+        }
+    )
+    w.rec.config = raised
+    w.tick(30)
+    job = w.job(jid)
+    assert job.state is JobState.RUNNING and len(w.attempts(jid)) == 2
+    assert [e.kind for e in w.events("released")] == ["released"]

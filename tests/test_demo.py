@@ -1,0 +1,48 @@
+"""The README's demo command works: interruption, migration, a binding budget, the cost table."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.timeout(240)
+def test_demo_runs_end_to_end(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "scheduler", "demo", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=230,
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "what it cost" in r.stdout and "saved" in r.stdout
+    cfg = str(tmp_path / "spotwise.toml")
+    status = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "scheduler", "status", "-c", cfg, "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )
+    jobs = {j["name"]: j for j in status["jobs"]}
+    assert jobs["train-v100"]["state"] == "SUCCEEDED" and jobs["train-v100"]["recoveries"] >= 1
+    assert jobs["finetune-t4"]["state"] == "HELD"
+    assert jobs["pretrain-8xh100"]["state"] == "CANCELLED"
+    budget = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "scheduler", "budget", "-c", cfg, "-o", "json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    )["budgets"]
+    research = next(b for b in budget if b["name"] == "research")
+    # The hard budget bound and was not overrun.
+    assert jobs["finetune-t4"]["spent_usd"] <= research["limit_usd"]
+    assert jobs["finetune-t4"]["spent_usd"] > 0.5 * research["limit_usd"]
