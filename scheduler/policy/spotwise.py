@@ -3,7 +3,8 @@
 Idea: slack (time to spare after the remaining work and one restart) only ever shrinks, by
 waiting and by restarts. Spend it where it buys most:
 - keep a reserve of slack for the restarts still expected (learned interruption rate x
-  remaining work x the restart overhead, doubled when no other pool is likely to be up);
+  remaining work x the restart overhead, doubled when no other pool is likely to be up),
+  and never less than PACE x the initial slack in proportion to the work left;
 - above the reserve, wait out outages instead of paying on-demand;
 - at the reserve, run on-demand, but jump back to spot as soon as a pool is up and the
   expected saving over its expected run beats the restart's cost;
@@ -16,9 +17,15 @@ restart, never wait without time to launch on-demand at the next decision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
 from .learning import AvailabilityModel
 from .safety import can_leave_on_demand, can_wait, spot_is_safe
+
+# Keep at least this share of the initial slack in proportion to the work still to do, so
+# outages early in a job cannot eat the slack later restarts need (UP keeps all of it).
+PACE = 0.5
 
 
 class SpotwisePolicy(Policy):
@@ -31,6 +38,11 @@ class SpotwisePolicy(Policy):
     def reset(self) -> None:
         if not self._shared:
             self.model = AvailabilityModel()
+
+    def warm_up(self, history: Sequence[tuple[float, Mapping[str, bool]]]) -> None:
+        """Learn from pool availability seen before the job (elapsed hours < 0)."""
+        for at, available in history:
+            self.model.update(at, available)
 
     def observe(self, obs: Observation) -> None:
         self.model.update(obs.elapsed, obs.spot_available)
@@ -69,7 +81,10 @@ class SpotwisePolicy(Policy):
         best = min(zones, key=lambda z: self._rate_cost(obs, z))
         lam, _ = self.model.rates(best)
         n_int = lam * obs.remaining_work
-        return obs.tick_hours + obs.restart_overhead * (1.0 + self._fallback_factor(obs) * n_int)
+        restarts = obs.restart_overhead * self._fallback_factor(obs) * n_int
+        initial = obs.deadline - obs.work_total - obs.restart_overhead
+        pace = PACE * initial * obs.remaining_work / obs.work_total
+        return obs.tick_hours + obs.restart_overhead + max(restarts, pace)
 
     # ---- decision --------------------------------------------------------------------
 

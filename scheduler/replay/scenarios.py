@@ -143,10 +143,20 @@ def settings(quick: bool = False) -> list[Setting]:
     return [single_region(), multi_region(), skynomad_3zone()]
 
 
+HISTORY_HOURS = 7 * 24.0  # what a daemon running for a week has seen of each pool
+
+
 def _windows(case: Case) -> Iterator[Trace]:
+    for win, _ in _windows_with_history(case):
+        yield win
+
+
+def _windows_with_history(case: Case) -> Iterator[tuple[Trace, Trace]]:
     length = math.ceil(case.job.deadline / case.trace.gap_hours - 1e-9)
+    hist = round(HISTORY_HOURS / case.trace.gap_hours)
     for s in case.starts:
-        yield case.trace.window(s, length)
+        h0 = max(0, s - hist)
+        yield case.trace.window(s, length), case.trace.window(h0, s - h0)
 
 
 def optimal_costs(case: Case, units: int) -> np.ndarray:
@@ -173,14 +183,14 @@ def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult
     """All policies over every window of one case (picklable: runs in worker processes)."""
     res = CaseResult({p: [] for p in policies}, dict.fromkeys(policies, 0), [], [])
     job = case.job
-    for win in _windows(case):
+    for win, past in _windows_with_history(case):
         res.od_costs.append((job.work + job.restart_overhead) * win.on_demand_price)
         cheapest = float(win.spot_price.mean(axis=1).min())
         res.spot_costs.append((job.work + job.restart_overhead) * cheapest)
         for name in policies:
             if name == "optimal":
                 continue
-            out = simulate(win, job, get_policy(name))
+            out = simulate(win, job, get_policy(name), history=past)
             res.costs[name].append(out.cost)
             res.misses[name] += not out.met_deadline
     if "optimal" in policies:

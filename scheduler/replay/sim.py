@@ -53,7 +53,15 @@ class Outcome:
     budget_stopped: bool = False
 
 
-def simulate(trace: Trace, job: Job, policy: Policy, finish_late: bool = True) -> Outcome:
+def simulate(
+    trace: Trace,
+    job: Job,
+    policy: Policy,
+    finish_late: bool = True,
+    history: Trace | None = None,
+) -> Outcome:
+    """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
+    policies that learn (the daemon has been watching the pools before the job came)."""
     g = trace.gap_hours
     zones = trace.zones
     zindex = {z: i for i, z in enumerate(zones)}
@@ -65,6 +73,15 @@ def simulate(trace: Trace, job: Job, policy: Policy, finish_late: bool = True) -
     policy.reset()
     if prepare is not None:
         prepare(trace, job)
+    warm_up = getattr(policy, "warm_up", None)
+    if history is not None and warm_up is not None and history.n_ticks:
+        n = history.n_ticks
+        warm_up(
+            [
+                ((i - n) * g, dict(zip(history.zones, col, strict=True)))
+                for i, col in enumerate(history.available.T.tolist())
+            ]
+        )
 
     out = Outcome()
     place: Action | None = None  # the running attempt
