@@ -8,6 +8,7 @@ Loss sequences and final parameters must be identical to the reference.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tests.trainer.helpers import (
     tiny_args,
 )
 from trainer import EXIT_PREEMPTED
+from trainer.checkpoint import parse_latest
 
 CHAINS = [  # name, precision, async save, parallelism, ranks that get the SIGTERM
     ("fp32", "fp32", False, "ddp", [1]),
@@ -78,16 +80,54 @@ def _check_chain(ref: Path, res: Path) -> None:
     assert sorted(p.name for p in res.glob("step-*")) == ["step-15", "step-16"]
 
 
-@pytest.mark.timeout(120)
-def test_exact_resume_one_rank(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def one_rank_runs(tmp_path_factory: pytest.TempPathFactory):
+    """One plain process running every 1-rank chain, then a run that dies mid-save."""
+    tmp = tmp_path_factory.mktemp("one")
     plan, expected, dirs = [], [], []
     for name, precision, async_save, mode, _ in CHAINS:
-        p, e, d = _chain(tmp_path, name, precision, async_save, mode, [0])
+        p, e, d = _chain(tmp, name, precision, async_save, mode, [0])
         plan, expected, dirs = plan + p, expected + e, [*dirs, d]
-    codes, proc = run_plan(plan, tmp_path)
+    # Last (it takes the process down): rank 0 SIGKILLs itself after step-10's files are
+    # written but before `latest` moves. Same config as the fp32 chain, whose ref it reuses.
+    crash = tmp / "crash-ref"  # _chain names its first run "<name>-ref"
+    plan.append(_chain(tmp, "crash", "fp32", False, "ddp", [0])[0][0])
+    plan[-1] += ["--debug.kill_in_save_at_step", "10"]
+    codes, proc = run_plan(plan, tmp)
+    return codes, expected, proc, dirs, crash
+
+
+@pytest.mark.timeout(120)
+def test_exact_resume_one_rank(one_rank_runs) -> None:
+    codes, expected, proc, dirs, _ = one_rank_runs
     assert codes == expected, proc.stderr[-3000:]
     for ref, res in dirs:
         _check_chain(ref, res)
+
+
+@pytest.mark.timeout(60)
+def test_checkpoint_killed_during_save_is_never_loaded(one_rank_runs) -> None:
+    codes, expected, proc, dirs, crash = one_rank_runs
+    assert codes == expected and proc.returncode == -9, proc.stderr[-2000:]
+    ref = dirs[0][0]  # the fp32 reference
+    assert parse_latest((crash / "latest").read_text()) == 5
+    assert (crash / "step-10" / ".metadata").is_file()  # complete on disk, but not published
+    partial = crash / "step-11"  # as if killed while DCP was still writing shards
+    partial.mkdir()
+    (partial / "__0_0.distcp").write_bytes(os.urandom(64))
+
+    out = run_trainer(
+        tiny_args(
+            crash,
+            debug__metrics_file=crash.with_suffix(".jsonl"),
+            debug__final_params_file=crash.with_suffix(".pt"),
+        )
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "resumed from step-5" in out.stderr
+    assert losses(crash.with_suffix(".jsonl")) == losses(ref.with_suffix(".jsonl"))
+    assert same_params(ref.with_suffix(".pt"), crash.with_suffix(".pt"))
+    assert sorted(p.name for p in crash.glob("step-*")) == ["step-15", "step-16"]
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +162,7 @@ def test_launcher_sigterm_exit_75_then_resume_on_one_rank(two_rank_runs, tmp_pat
     assert codes[-1] == 0, proc.stderr[-3000:]
     ckpt = tmp_path / "x"
     metrics = ckpt.with_suffix(".jsonl")
-    argv = tiny_args(ckpt, debug__metrics_file=metrics, training__step_delay_seconds=0.2, **XSIZE)
+    argv = tiny_args(ckpt, debug__metrics_file=metrics, training__step_delay_seconds=0.3, **XSIZE)
     launcher = subprocess.Popen(
         [sys.executable, "-m", "trainer", "--nproc-per-node", "2", *argv],
         cwd=REPO,
