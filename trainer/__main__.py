@@ -10,6 +10,7 @@ import sys
 
 from trainer import EXIT_USAGE
 from trainer.config import ConfigError, parse_args
+from trainer.preemption import SIGTERM
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
         from trainer.launch import launch
 
         return launch(nproc, argv)
+    SIGTERM.received = False
+    SIGTERM.install()
     try:
         cfg = parse_args(argv)
         from trainer.train import run  # torch import only once the command line is valid
@@ -31,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     from trainer.launch import record_exit
 
     record_exit(code)
+    SIGTERM.uninstall()
     return code
 
 

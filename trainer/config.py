@@ -239,13 +239,25 @@ def load_toml(cfg: TrainerConfig, path: Path) -> None:
             _set(cfg, f"{section}.{key}", value, f"{path}: {section}.{key}")
 
 
+BUNDLED_CONFIGS = Path(__file__).with_name("configs")
+
+
+def resolve_config_path(path: Path) -> Path:
+    """A path, or the bare name of a bundled config (``--config tiny`` -> configs/tiny.toml)."""
+    if not path.exists() and path.parent == Path(".") and path.suffix in ("", ".toml"):
+        bundled = BUNDLED_CONFIGS / f"{path.stem}.toml"
+        if bundled.exists():
+            return bundled
+    return path
+
+
 def parse_args(argv: list[str] | None = None) -> TrainerConfig:
     """Build the config: defaults, then ``--config FILE``, then ``--section.key VALUE`` flags."""
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
         description="spotwise trainer. Any setting: --section.key VALUE (see trainer/README.md).",
     )
-    parser.add_argument("--config", type=Path, help="TOML file with [model], [training], ...")
+    parser.add_argument("--config", type=Path, help="TOML file, or a bundled config name (tiny)")
     for alias, dotted in ALIASES.items():
         parser.add_argument(alias, dest=f"alias:{dotted}", metavar="VALUE", help=f"= --{dotted}")
     for section, typ in _sections().items():
@@ -254,7 +266,7 @@ def parse_args(argv: list[str] | None = None) -> TrainerConfig:
     ns = parser.parse_args(argv)
     cfg = TrainerConfig()
     if ns.config is not None:
-        load_toml(cfg, ns.config)
+        load_toml(cfg, resolve_config_path(ns.config))
     for dest, value in vars(ns).items():
         if value is None or ":" not in dest:
             continue

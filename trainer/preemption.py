@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import signal
 import threading
 import urllib.error
@@ -272,7 +271,8 @@ class SigtermFlag:
         self.received = True
 
     def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
+        """Idempotent; only the main thread may install signal handlers."""
+        if self._previous is None and threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGTERM, self._handle)
 
     def uninstall(self) -> None:
@@ -281,5 +281,6 @@ class SigtermFlag:
             self._previous = None
 
 
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")
+SIGTERM = SigtermFlag()
+"""The process-wide flag: installed by ``__main__`` before torch is imported, so a SIGTERM
+that arrives during start-up still means "checkpoint and exit 75", not an abrupt death."""

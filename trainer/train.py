@@ -21,7 +21,7 @@ from trainer.checkpoint import RNG_KEY, CheckpointManager, ModelOptimState
 from trainer.config import ConfigError, TrainerConfig, env_or
 from trainer.data import TextData
 from trainer.model import CharTransformer
-from trainer.preemption import SigtermFlag, Watcher, make_watcher
+from trainer.preemption import SIGTERM, Watcher, make_watcher
 from trainer.progress import DONE, Progress
 from trainer.storage import open_store
 
@@ -86,6 +86,7 @@ class Trainer:
         self.precision = Precision(t.precision, self.info.device)
         self.step = 0
         self.samples = 0
+        self.last_loss: float | None = None
         self.progress = Progress(
             self.store,
             self.info.rank == 0,
@@ -101,7 +102,7 @@ class Trainer:
             cfg.debug.kill_in_save_at_step,
             cfg.checkpoint.overlap_staging,
         )
-        self.sigterm = SigtermFlag()
+        self.sigterm = SIGTERM
         self.watcher: Watcher = (
             make_watcher(cfg.preemption) if self.info.local_rank == 0 else Watcher(1.0)
         )
@@ -216,6 +217,7 @@ class Trainer:
                 # One all-reduce per step: every rank agrees on notice, timer and loss.
                 flags = distributed.sum_across([float(notice), loss.item(), float(timer_due)], info)
                 mean_loss = flags[1] / info.world_size
+                self.last_loss = mean_loss
                 if metrics is not None:
                     metrics.write(json.dumps({"step": self.step, "loss": mean_loss}) + "\n")
                     metrics.flush()
@@ -239,7 +241,6 @@ class Trainer:
             return self._finish(preempted)
         finally:
             self.watcher.stop()
-            self.sigterm.uninstall()
             if metrics is not None:
                 metrics.close()
 
@@ -255,6 +256,7 @@ class Trainer:
             step=self.step,
             samples=self.samples,
             last_checkpoint_step=self.step,
+            loss=self.last_loss,
             state="preempted" if preempted else "finishing",
         )
         if preempted:

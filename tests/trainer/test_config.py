@@ -53,3 +53,7 @@ def test_main_reports_usage_errors_without_traceback(capsys: pytest.CaptureFixtu
     assert main(["--config", "/nonexistent.toml"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith("trainer: error: config file not found") and "Traceback" not in err
+
+
+def test_bundled_config_by_name() -> None:
+    assert parse_args(["--config", "tiny"]).checkpoint.interval_steps == 50

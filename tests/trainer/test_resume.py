@@ -88,6 +88,9 @@ def one_rank_runs(tmp_path_factory: pytest.TempPathFactory):
     for name, precision, async_save, mode, _ in CHAINS:
         p, e, d = _chain(tmp, name, precision, async_save, mode, [0])
         plan, expected, dirs = plan + p, expected + e, [*dirs, d]
+    # A finished job started again does nothing and exits 0 (DONE is the source of truth).
+    plan.append(plan[3])
+    expected.append(0)
     # Last (it takes the process down): rank 0 SIGKILLs itself after step-10's files are
     # written but before `latest` moves. Same config as the fp32 chain, whose ref it reuses.
     crash = tmp / "crash-ref"  # _chain names its first run "<name>-ref"
@@ -101,6 +104,7 @@ def one_rank_runs(tmp_path_factory: pytest.TempPathFactory):
 def test_exact_resume_one_rank(one_rank_runs) -> None:
     codes, expected, proc, dirs, _ = one_rank_runs
     assert codes == expected, proc.stderr[-3000:]
+    assert proc.stderr.count("DONE exists: nothing to do") == 1
     for ref, res in dirs:
         _check_chain(ref, res)
 
