@@ -281,6 +281,9 @@ class Trainer:
 
     def close(self) -> None:
         self.ckpt.close()
+        # Drop DDP/FSDP objects before the group goes: destroying a gloo group under a live
+        # DDP module intermittently hangs at exit.
+        del self.model, self.optimizer, self.scheduler
         distributed.shutdown(self.info)
 
 

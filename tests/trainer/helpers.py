@@ -54,7 +54,7 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def run_trainer(
-    argv: list[str], timeout: float = 60, **extra_env: str
+    argv: list[str], timeout: float = 120, **extra_env: str
 ) -> subprocess.CompletedProcess[str]:
     """``python -m trainer ARGV`` as a real process."""
     return subprocess.run(
@@ -80,7 +80,7 @@ def torchrun(nproc: int, script: list[str]) -> list[str]:
 
 
 def run_plan(
-    plan: list[list[str]], tmp: Path, nproc: int = 1, timeout: float = 120, **extra_env: str
+    plan: list[list[str]], tmp: Path, nproc: int = 1, timeout: float = 200, **extra_env: str
 ) -> tuple[list[int], subprocess.CompletedProcess[str]]:
     """Run trainer invocations back to back in one process (or one torchrun job)."""
     plan_file, results = tmp / "plan.json", tmp / "results.json"

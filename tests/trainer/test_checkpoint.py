@@ -50,7 +50,7 @@ def moto_s3():
     server.stop()
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(180)
 def test_s3_round_trip(tmp_path: Path, moto_s3: str) -> None:
     import boto3
 

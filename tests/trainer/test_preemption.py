@@ -90,7 +90,7 @@ def test_file_watcher_and_selection(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert type(make_watcher(PreemptionConfig())) is Watcher  # SIGTERM only
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(240)
 def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> None:
     """Four real trainer processes, one per notice source, preempted mid-run."""
     with FakeImds() as aws, FakeGcpMetadata() as gcp, FakeAzureEvents() as azure:
@@ -131,11 +131,11 @@ def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> No
                 path = tmp_path / cloud / "progress.json"
                 _wait(
                     lambda path=path: path.exists() and json.loads(path.read_text())["step"] >= 2,
-                    timeout=60,
+                    timeout=120,
                 )
                 preempt()
             for cloud, proc in procs.items():
-                _, err = proc.communicate(timeout=60)
+                _, err = proc.communicate(timeout=90)
                 assert proc.returncode == EXIT_PREEMPTED, f"{cloud}: {err[-2000:]}"
         finally:
             for proc in procs.values():

@@ -100,7 +100,7 @@ def one_rank_runs(tmp_path_factory: pytest.TempPathFactory):
     return codes, expected, proc, dirs, crash
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 def test_exact_resume_one_rank(one_rank_runs) -> None:
     codes, expected, proc, dirs, _ = one_rank_runs
     assert codes == expected, proc.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_exact_resume_one_rank(one_rank_runs) -> None:
         _check_chain(ref, res)
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(150)
 def test_checkpoint_killed_during_save_is_never_loaded(one_rank_runs) -> None:
     codes, expected, proc, dirs, crash = one_rank_runs
     assert codes == expected and proc.returncode == -9, proc.stderr[-2000:]
@@ -147,11 +147,11 @@ def two_rank_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list,
     xref = tmp / "x-ref"
     plan.append(tiny_args(xref, debug__metrics_file=xref.with_suffix(".jsonl"), **XSIZE))
     expected.append(0)
-    codes, proc = run_plan(plan, tmp, nproc=2, timeout=150)
+    codes, proc = run_plan(plan, tmp, nproc=2, timeout=240)
     return tmp, codes, expected, (proc, dirs, xref)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(280)
 def test_exact_resume_two_ranks(two_rank_runs) -> None:
     _, codes, expected, (proc, dirs, _) = two_rank_runs
     assert codes == expected, proc.stderr[-3000:]
@@ -159,7 +159,7 @@ def test_exact_resume_two_ranks(two_rank_runs) -> None:
         _check_chain(ref, res)
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(200)
 def test_launcher_sigterm_exit_75_then_resume_on_one_rank(two_rank_runs, tmp_path: Path) -> None:
     """`python -m trainer --nproc-per-node 2` gets a real SIGTERM mid-run; resume on 1 rank."""
     _, codes, _, (proc, _, xref) = two_rank_runs
@@ -176,7 +176,7 @@ def test_launcher_sigterm_exit_75_then_resume_on_one_rank(two_rank_runs, tmp_pat
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 3):
             assert time.monotonic() < deadline and launcher.poll() is None
             time.sleep(0.02)  # waiting on a real process, not a simulated event
