@@ -14,14 +14,16 @@ from dataclasses import dataclass, field
 PRIOR_LOSS_RATE = 0.1
 PRIOR_RETURN_RATE = 0.5
 PRIOR_HOURS = 6.0  # weight of the prior, in observed hours
+# Spot markets drift: evidence loses half its weight per this many hours.
+HALF_LIFE_HOURS = 24.0
 
 
 @dataclass
 class PoolStats:
     up_hours: float = 0.0
     down_hours: float = 0.0
-    losses: int = 0
-    returns: int = 0
+    losses: float = 0.0
+    returns: float = 0.0
     last: bool | None = None
 
 
@@ -36,11 +38,17 @@ class AvailabilityModel:
         dt = 0.0 if self.last_time is None or now < self.last_time else now - self.last_time
         self.last_time = now
         self._cache.clear()
+        keep = 0.5 ** (dt / HALF_LIFE_HOURS) if dt else 1.0
         for zone, ok in available.items():  # type: ignore[attr-defined]
             st = self.pools.get(zone)
             if st is None:
                 st = self.pools[zone] = PoolStats()
             if st.last is not None:
+                if keep != 1.0:
+                    st.up_hours *= keep
+                    st.down_hours *= keep
+                    st.losses *= keep
+                    st.returns *= keep
                 if st.last:
                     st.up_hours += dt
                 else:
