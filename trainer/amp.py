@@ -17,13 +17,21 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 class Precision:
     """One object per run: the autocast context and an optional GradScaler."""
 
-    def __init__(self, precision: str, device: torch.device) -> None:
+    def __init__(
+        self,
+        precision: str,
+        device: torch.device,
+        init_scale: float = 65536.0,
+        growth_interval: int = 2000,
+    ) -> None:
         self.name = precision
         self.device_type = device.type
         self.dtype = DTYPES[precision]
         self.scaler: torch.amp.GradScaler | None = None
         if precision == "fp16":
-            self.scaler = torch.amp.GradScaler(self.device_type)
+            self.scaler = torch.amp.GradScaler(
+                self.device_type, init_scale=init_scale, growth_interval=growth_interval
+            )
 
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:

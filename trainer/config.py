@@ -55,6 +55,10 @@ class TrainingConfig:
     grad_clip: float = 1.0
     precision: str = "fp32"
     """fp32 | bf16 | fp16 (fp16 uses a GradScaler)."""
+    fp16_init_scale: float = 65536.0
+    """GradScaler initial loss scale (fp16 only)."""
+    fp16_growth_interval: int = 2000
+    """GradScaler: steps without inf/nan before the scale doubles (fp16 only)."""
     device: str = "auto"
     """auto | cpu | cuda."""
     seed: int = 0

@@ -83,7 +83,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lr_lambda(t.warmup_steps, t.steps)
         )
-        self.precision = Precision(t.precision, self.info.device)
+        self.precision = Precision(
+            t.precision, self.info.device, t.fp16_init_scale, t.fp16_growth_interval
+        )
         self.step = 0
         self.samples = 0
         self.last_loss: float | None = None

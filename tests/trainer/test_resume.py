@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from tests.trainer.helpers import (
     REPO,
@@ -51,6 +53,7 @@ def _chain(tmp: Path, name: str, precision: str, async_save: bool, mode: str, ra
             debug__metrics_file=ckpt.with_suffix(".jsonl"),
             debug__final_params_file=ckpt.with_suffix(".pt"),
             debug__sigterm_ranks=ranks,
+            training__fp16_growth_interval=2,  # the loss scale grows and backs off: real state
             **kw,
         )
 
@@ -61,6 +64,12 @@ def _chain(tmp: Path, name: str, precision: str, async_save: bool, mode: str, ra
         args(res),
     ]
     return plan, [0, 75, 75, 0], (ref, res)
+
+
+def _scaler_state(ckpt: Path) -> dict:
+    out = ckpt.with_suffix(".ckpt.pt")
+    dcp_to_torch_save(ckpt / "step-16", out)
+    return torch.load(out, weights_only=False)["extra"]["scaler"]
 
 
 def _check_chain(ref: Path, res: Path) -> None:
@@ -78,6 +87,9 @@ def _check_chain(ref: Path, res: Path) -> None:
     assert (res / "latest").read_text().strip() == "step-16"
     # keep=2: checkpoints 5, 6 (preempt), 10, 12 (preempt), 15, 16 -> only the newest two stay
     assert sorted(p.name for p in res.glob("step-*")) == ["step-15", "step-16"]
+    if "fp16" in res.name:  # the GradScaler state is checkpointed and restored
+        scaler = _scaler_state(res)
+        assert scaler == _scaler_state(ref) and scaler["scale"] != 65536.0
 
 
 @pytest.fixture(scope="module")
