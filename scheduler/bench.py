@@ -35,6 +35,11 @@ QuickOpt = Annotated[bool, typer.Option("--quick", help="A small subset (for tes
 JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Worker processes (default: CPUs)")]
 
 
+@bench_app.callback()
+def _group() -> None:
+    """Benchmarks against baselines measured in the same run."""
+
+
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 

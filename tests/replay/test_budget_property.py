@@ -24,9 +24,7 @@ def cases(draw):  # type: ignore[no-untyped-def]
     n = draw(st.integers(2, 40))
     gap = draw(st.sampled_from([0.1, 0.25, 1.0]))
     avail = np.array(draw(st.lists(st.booleans(), min_size=z * n, max_size=z * n))).reshape(z, n)
-    prices = draw(
-        st.lists(st.floats(0.05, 6.0, allow_nan=False), min_size=z * n, max_size=z * n)
-    )
+    prices = draw(st.lists(st.floats(0.05, 6.0, allow_nan=False), min_size=z * n, max_size=z * n))
     trace = Trace(ZONES[:z], gap, avail, np.array(prices).reshape(z, n), draw(st.floats(0.5, 9)))
     work = draw(st.floats(0.1, n * gap * 0.9))
     job = Job(
