@@ -21,6 +21,7 @@ from scheduler.clock import Clock
 from scheduler.config import Config, find_config, load_config
 from scheduler.db import open_db
 from scheduler.errors import UserError
+from scheduler.metrics import Metrics
 from scheduler.reconcile import Reconciler
 
 log = logging.getLogger("spotwise.daemon")
@@ -38,15 +39,20 @@ class Daemon:
         self._stop = threading.Event()
         self._reload = threading.Event()
         self._scheduler: BackgroundScheduler | None = None
+        self.metrics = Metrics()
 
     # Each task swallows its own errors: APScheduler would log them, but we also want an event
     # and a daemon that keeps ticking.
     def _run_task(self, name: str) -> None:
         try:
-            getattr(self.reconciler, name)()
+            with self.metrics.task_seconds.labels(name).time():
+                getattr(self.reconciler, name)()
             if name == "reconcile" and systemd.watchdog_enabled():
                 systemd.notify("WATCHDOG=1")
+            if name == "accrue":
+                self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
         except Exception:
+            self.metrics.task_errors.labels(name).inc()
             log.exception("task %s failed; will run again on its next tick", name)
 
     def _schedule(self) -> None:
@@ -91,6 +97,8 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        if self.config.daemon.metrics_port is not None:
+            self.metrics.serve(self.config.daemon.metrics_port)
         # The first price poll and pass run before READY, so status is meaningful at once.
         self._run_task("poll_prices")
         self._run_task("reconcile")

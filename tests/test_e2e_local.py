@@ -9,9 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,13 @@ COUNTER = Path(__file__).parent / "jobs" / "counter.py"
 pytestmark = pytest.mark.timeout(120)
 
 
-def config_text(home: Path) -> str:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def config_text(home: Path, port: int) -> str:
     return f"""
 [daemon]
 database_url = "sqlite:///{home}/spotwise.db"
@@ -31,6 +39,7 @@ reconcile_interval = "0.3s"
 price_interval = "1s"
 accrue_interval = "0.5s"
 leak_grace = "1h"
+metrics_port = {port}
 
 [providers.local]
 state_dir = "{home}/market"
@@ -44,7 +53,8 @@ class Spotwise:
     def __init__(self, home: Path) -> None:
         self.home = home
         self.config = home / "spotwise.toml"
-        self.config.write_text(config_text(home))
+        self.metrics_port = free_port()
+        self.config.write_text(config_text(home, self.metrics_port))
         self.daemon: subprocess.Popen | None = None
 
     def cli(self, *args: str) -> dict:
@@ -118,11 +128,15 @@ def test_interrupt_migrate_resume_restart(tmp_path):
         sw.start()
         row = sw.wait_job(job_id, lambda r: r["state"] in ("SUCCEEDED", "FAILED"))
         assert row["state"] == "SUCCEEDED", row
+        time.sleep(1)  # one accrue pass refreshes the gauges
+        url = f"http://127.0.0.1:{sw.metrics_port}/metrics"
+        metrics = urllib.request.urlopen(url, timeout=10).read().decode()
     finally:
         if sw.daemon and sw.daemon.poll() is None:
             sw.stop()
 
     detail = sw.cli("show", job_id)
+    assert 'spotwise_jobs{state="SUCCEEDED"} 1.0' in metrics
     attempts = detail["attempts"]
     assert [a["end_reason"] for a in attempts] == ["interrupted", "finished"]
     assert attempts[0]["pool"] == first_pool and attempts[1]["pool"] == second_pool
