@@ -31,6 +31,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 out = Console()
+if not out.is_terminal:  # piped or captured: wide enough that tables do not fold
+    out = Console(width=200)
 err = Console(stderr=True)
 
 
@@ -105,7 +107,7 @@ def _status_table(rows: list[dict[str, Any]]) -> Table:
         ("RECOV", {"justify": "right"}),
         ("REASON", {}),
     ):
-        t.add_column(name, **kw)
+        t.add_column(name, no_wrap=name != "REASON", **kw)
     colors = {
         "RUNNING": "green",
         "SUCCEEDED": "bold green",
@@ -324,8 +326,7 @@ def demo(
     from scheduler.demo import run_demo
 
     # Piped output gets a width that fits the tables instead of Rich's 80-column default.
-    console = out if out.is_terminal else Console(width=150)
-    raise typer.Exit(run_demo(workdir=workdir, speedup=speedup, console=console))
+    raise typer.Exit(run_demo(workdir=workdir, speedup=speedup, console=out))
 
 
 def _mount_bench() -> None:

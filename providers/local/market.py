@@ -228,6 +228,10 @@ class LocalMarket:
             raise CapacityUnavailable(f"no spot capacity in {off.pool} right now", pool=off.pool)
         instance_dir = self.instances_dir / instance_id
         env = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
+        # A "local instance" has the daemon's Python first on PATH, as a cloud image has one
+        # Python with the trainer installed: `python -m trainer` works without activating a venv.
+        bindir = str(Path(sys.executable).parent)
+        env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH", "")) if p)
         env.update(request.env)
         env.update(
             SPOTWISE_CLOUD="local",

@@ -124,3 +124,13 @@ def test_jobspec_errors_name_the_key():
         {"name": "x", "command": ["a"], "gpus": ["A100:8", "H100:8"], "gpu_memory_gb": 40}
     )
     assert [(g.model, g.min_memory_gb) for g in spec.gpu_specs()] == [("A100", 40), ("H100", 40)]
+
+
+def test_shipped_examples_validate():
+    root = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy"
+    cfg = load_config(root / "spotwise.toml")
+    assert cfg.providers.local is not None and len(cfg.budgets) == 2
+    from scheduler.jobspec import load_jobspec
+
+    names = {load_jobspec(p).name for p in sorted((root / "jobs").glob("*.toml"))}
+    assert names == {"llama-finetune", "tiny-trainer"}
