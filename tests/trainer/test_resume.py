@@ -103,6 +103,18 @@ def one_rank_runs(tmp_path_factory: pytest.TempPathFactory):
     # A finished job started again does nothing and exits 0 (DONE is the source of truth).
     plan.append(plan[3])
     expected.append(0)
+    # Time-based checkpoints (every step here), a file:// URI, and keep=10.
+    timer = tmp / "timer"
+    plan.append(
+        tiny_args(
+            f"file://{timer}",
+            training__steps=4,
+            checkpoint__interval_steps=0,
+            checkpoint__interval_seconds=1e-6,
+            checkpoint__keep=10,
+        )
+    )
+    expected.append(0)
     # Last (it takes the process down): rank 0 SIGKILLs itself after step-10's files are
     # written but before `latest` moves. Same config as the fp32 chain, whose ref it reuses.
     crash = tmp / "crash-ref"  # _chain names its first run "<name>-ref"
@@ -117,6 +129,8 @@ def test_exact_resume_one_rank(one_rank_runs) -> None:
     codes, expected, proc, dirs, _ = one_rank_runs
     assert codes == expected, proc.stderr[-3000:]
     assert proc.stderr.count("DONE exists: nothing to do") == 1
+    timer = dirs[0][0].parent / "timer"
+    assert sorted(p.name for p in timer.glob("step-*")) == [f"step-{i}" for i in range(1, 5)]
     for ref, res in dirs:
         _check_chain(ref, res)
 
