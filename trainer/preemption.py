@@ -58,6 +58,8 @@ class Watcher:
         return self._seen.is_set()
 
     def start(self) -> None:
+        if type(self) is Watcher:  # no notice source: SIGTERM only, nothing to poll
+            return
         self._thread = threading.Thread(target=self._run, name=f"watch-{self.name}", daemon=True)
         self._thread.start()
 
