@@ -27,3 +27,17 @@ def test_bench_deadline_quick_json() -> None:
             assert r["avg_cost_usd"] >= rows["optimal"]["avg_cost_usd"] - 1e-6
         assert rows["spotwise"]["deadline_misses"] == 0
         assert rows["spotwise"]["avg_cost_usd"] < rows["on-demand"]["avg_cost_usd"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_placement_quick_json() -> None:
+    args = ["placement", "--quick", "--jobs-count", "200", "-o", "json"]
+    result = CliRunner().invoke(bench_app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["catalog_rows"] > 90_000 and doc["offerings"] > doc["catalog_rows"]
+    assert {s["request"] for s in doc["single"]} >= {"A100:8", "H100:1", "T4:1", "H100:8"}
+    assert all(s["same_choice"] for s in doc["single"])
+    assert all(s["chosen"] for s in doc["single"])
+    q = doc["queue"]
+    assert q["jobs"] == 200 and q["mismatches"] == 0 and 0 < q["placed"] <= 200
