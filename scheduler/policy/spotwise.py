@@ -108,13 +108,12 @@ class SpotwisePolicy(Policy):
             return SPOT(cur)
 
         if obs.on_demand:
-            if best is not None:
-                run = self._expected_run(best, w)
-                saving = (obs.on_demand_price - self._rate_cost(obs, best)) * run
-                slack_cost = self._slack_value(obs, best) * o * self._fallback_factor(obs)
-                if saving > self._launch_cost(obs, best) + slack_cost:
-                    return SPOT(best)
-            if can_leave_on_demand(obs) and s_launch - g >= reserve + 2 * o:
+            if best is not None and self._switch_gain(obs, best) > 0:
+                return SPOT(best)
+            # Leave on-demand to wait only if spot is expected back within the spare slack;
+            # otherwise the relaunch just burns an overhead.
+            spare = s_launch - g - reserve - 2 * o
+            if can_leave_on_demand(obs) and spare >= self._expected_outage(obs):
                 return WAIT
             return ON_DEMAND
 
@@ -127,6 +126,30 @@ class SpotwisePolicy(Policy):
         if can_wait(obs) and s_launch - g >= reserve - EPS:
             return WAIT
         return ON_DEMAND
+
+    def _switch_gain(self, obs: Observation, zone: str) -> float:
+        """Expected $ saved by leaving on-demand for spot in `zone` now.
+
+        Over the expected spell E, spot bills E at its rate instead of on-demand; the restart
+        overhead's worth of work is not done and falls back to on-demand, and if the spell
+        ends before the work does, coming back costs another restart (on-demand unless another
+        pool is likely up) and both restarts use slack.
+        """
+        o, od = obs.restart_overhead, obs.on_demand_price
+        run = self._expected_run(zone, obs.remaining_work)
+        rate = self._rate_cost(obs, zone)
+        ff = self._fallback_factor(obs)  # 1: another pool likely up, 2: back to on-demand
+        comes_back = run < obs.remaining_work
+        back_price = od if ff > 1.5 else rate
+        gain = (od - rate) * run - od * o - obs.migration_cost.get(zone, 0.0)
+        if comes_back:
+            gain -= back_price * o
+        return gain - self._slack_value(obs, zone) * o * (1.0 + comes_back)
+
+    def _expected_outage(self, obs: Observation) -> float:
+        """Expected hours until some pool is back (the soonest, by learned return rates)."""
+        mus = [self.model.rates(z)[1] for z in obs.spot_price]
+        return 1.0 / max(sum(mus), EPS) if mus else float("inf")
 
     def _slack_value(self, obs: Observation, zone: str) -> float:
         """$ an hour of slack is worth: roughly an hour of on-demand avoided."""
