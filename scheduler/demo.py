@@ -16,7 +16,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from importlib.resources import files
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -38,8 +37,6 @@ from scheduler.models import Attempt, AttemptEnd, Job, JobState
 from scheduler.placement import PlacementContext, Requirements, place
 from scheduler.views import job_rows
 
-# Located as package data, not imported: the trainer stands alone.
-TRAINER_CONFIG = Path(str(files("trainer") / "configs" / "tiny.toml"))
 TIME_LIMIT_S = 170.0
 
 
@@ -57,7 +54,7 @@ def _trainer_job(name: str, gpus: str, steps: int, **extra: object) -> JobSpec:
         "-m",
         "trainer",
         "--config",
-        str(TRAINER_CONFIG),
+        "tiny",  # the trainer's bundled config
         "--training.steps",
         str(steps),
     ]
