@@ -126,3 +126,18 @@ def test_spotwise_learns_interruption_rates() -> None:
     assert lam_a > 5 * lam_b
     o = obs(elapsed=20.0, deadline=40.0, avail={"a": True, "b": True}, prices={"a": 1.0, "b": 1.1})
     assert p.decide(o) == SPOT("b")  # slightly dearer but stable
+
+
+def test_daemon_style_observation_with_unpriced_zones() -> None:
+    """The daemon lists zones it has seen but that offer nothing now with an infinite price."""
+    inf = float("inf")
+    for name in POLICY_NAMES:
+        if name == "optimal":
+            continue
+        p = get_policy(name)
+        o = obs(avail={"a": False, "b": True}, prices={"a": inf, "b": 1.2}, overhead=0.0)
+        p.observe(o)
+        act = p.decide(o)
+        assert act in (SPOT("b"), ON_DEMAND, WAIT), name
+        o = obs(avail={"a": False, "b": False}, prices={"a": inf, "b": inf}, elapsed=9.9)
+        assert p.decide(o) == ON_DEMAND, name
