@@ -156,7 +156,8 @@ class SpotwisePolicy(Policy):
         return max(0.0, obs.on_demand_price - self._rate_cost(obs, zone))
 
     def _worth_waiting_for(self, obs: Observation, best: str, spare: float) -> str | None:
-        """A clearly cheaper pool that is down now but expected back within the spare slack."""
+        """A clearly cheaper pool that is down now but expected back well within the spare
+        slack (the slack above the reserve)."""
         w = obs.remaining_work
         best_score = self._score(obs, best)
         for zone in sorted(obs.spot_price, key=lambda z: self._rate_cost(obs, z)):
@@ -166,9 +167,8 @@ class SpotwisePolicy(Policy):
             wait = 1.0 / mu
             if spare - obs.tick_hours < 2.0 * wait:
                 continue
+            # Slack above the reserve is free to spend: any clear saving is worth the wait.
             saving = (best_score - self._score(obs, zone)) * min(w, self._expected_run(zone, w))
-            if saving > self._slack_value(obs, zone) * wait * (obs.restart_overhead + wait) / max(
-                spare, EPS
-            ):
+            if saving > self._launch_cost(obs, zone):
                 return zone
         return None
