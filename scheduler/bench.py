@@ -151,6 +151,11 @@ def placement(
     t0 = time.perf_counter()
     cat = Catalog(offers)
     t_cat = time.perf_counter() - t0
+    try:
+        import pandas  # noqa: F401  (the baseline only)
+    except ImportError:
+        _err.print("the placement benchmark's baseline needs pandas: pip install pandas")
+        raise typer.Exit(2) from None
     t0 = time.perf_counter()
     base = pb.PandasBaseline(offers)
     t_df = time.perf_counter() - t0

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from providers.base import Market, Offering
 
-CATALOG = Path(__file__).resolve().parent / "catalog.csv.gz"
-SNAPSHOT = datetime(2026, 5, 20, tzinfo=UTC)  # the mirror commit date (see README.md)
+CATALOG = Path(__file__).resolve().parent / "data" / "catalog.csv.gz"
+SNAPSHOT = datetime(2026, 5, 20, tzinfo=UTC)  # the mirror commit date (data/README.md)
 
 
 def catalog_rows() -> list[dict[str, str]]:

@@ -1,4 +1,4 @@
-"""Rebuild catalog.csv.gz (all three offline catalogs, normalised) from the shared data.
+"""Rebuild data/catalog.csv.gz (all three offline catalogs, normalised) from the shared data.
 
 Usage (repo root): python -m scheduler.bench_data.derive /path/to/shared/data/catalog
 
@@ -157,7 +157,7 @@ def main(argv: list[str]) -> None:
     w.writerow(COLUMNS)
     w.writerows(rows)
     data = gzip.compress(buf.getvalue().encode(), compresslevel=9, mtime=0)  # reproducible
-    (HERE / "catalog.csv.gz").write_bytes(data)
+    (HERE / "data" / "catalog.csv.gz").write_bytes(data)
     print(f"{len(rows)} rows", file=sys.stderr)
 
 
