@@ -118,6 +118,29 @@ def load_json_trace(path: Path, convention: Convention) -> tuple[np.ndarray, flo
     return avail, float(doc["metadata"]["gap_seconds"]), doc.get("prices")
 
 
+def trace_from_json(
+    path: Path,
+    convention: Convention,
+    zone: str,
+    on_demand_price: float,
+    spot_price: float | None = None,
+    gap_seconds: float | None = None,
+) -> Trace:
+    """A one-zone Trace from a JSON trace file; its own "prices" win over `spot_price`.
+
+    Pass `gap_seconds` when the file's metadata is known to be wrong (e.g. 300 s stored for
+    the 195 s 2023 V100 data).
+    """
+    avail, gap, prices = load_json_trace(path, convention)
+    if prices is None:
+        if spot_price is None:
+            raise ValueError(f"{path}: no per-tick prices in the file; pass spot_price")
+        prices = [spot_price] * len(avail)
+    gap_h = (gap_seconds or gap) / 3600.0
+    return Trace((zone,), gap_h, avail[None, :], np.asarray(prices, float)[None, :],
+                 on_demand_price, name=Path(path).stem)  # fmt: skip
+
+
 def load_fail_csv(path: Path) -> tuple[np.ndarray, list[datetime]]:
     """Raw 2022 probe CSV (no header): tick, ISO time, fail (1 = launch failed)."""
     fails, times = [], []

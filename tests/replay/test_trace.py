@@ -17,6 +17,7 @@ from scheduler.replay.trace import (
     region_of,
     single_zone,
     to_available,
+    trace_from_json,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -35,6 +36,19 @@ def test_json_loader_needs_the_convention(tmp_path) -> None:
     assert avail.tolist() == [True, False, True] and gap == 600 and prices is None
     avail, _, _ = load_json_trace(path, Convention.PREEMPTED)  # sky_spot full.json style
     assert avail.tolist() == [False, True, False]
+
+
+def test_trace_from_json_preempted_with_prices(tmp_path) -> None:
+    path = tmp_path / "full.json"
+    doc = {"metadata": {"gap_seconds": 300}, "data": [1, 0, 0], "prices": [1.5, 1.25, 1.0]}
+    path.write_text(json.dumps(doc))
+    t = trace_from_json(path, Convention.PREEMPTED, "us-east-1c", 3.06, gap_seconds=195)
+    assert t.available.tolist() == [[False, True, True]]
+    assert t.spot_price.tolist() == [[1.5, 1.25, 1.0]]
+    assert t.gap_hours * 3600 == pytest.approx(195)
+    with pytest.raises(ValueError, match="spot_price"):
+        path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1]}))
+        trace_from_json(path, Convention.AVAILABLE, "z", 3.06)
 
 
 def test_fail_csv_is_inverted(tmp_path) -> None:
