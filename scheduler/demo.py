@@ -48,16 +48,11 @@ class DemoPlan:
     budget_limit: float
 
 
-def _trainer_job(name: str, gpus: str, steps: int, **extra: object) -> JobSpec:
+def _trainer_job(name: str, gpus: str, steps: int, pace: float = 0.0, **extra: object) -> JobSpec:
     command = [
-        sys.executable,
-        "-m",
-        "trainer",
-        "--config",
-        "tiny",  # the trainer's bundled config
-        "--training.steps",
-        str(steps),
-    ]
+        sys.executable, "-m", "trainer", "--config", "tiny",  # the trainer's bundled config
+        "--training.steps", str(steps), "--training.step_delay_seconds", str(pace),
+    ]  # fmt: skip
     return jobspec_from_dict({"name": name, "command": command, "gpus": gpus, **extra}, name)
 
 
@@ -112,7 +107,8 @@ def plan_demo(workdir: Path, speedup: float) -> DemoPlan:
     """Pick a trace window where job 1's cheapest spot pool is lost ~25 s (real) after launch."""
     # One torch thread per job: two trainers and the daemon share this machine's cores.
     env = {"OMP_NUM_THREADS": "1"}
-    job1 = _trainer_job("train-v100", "V100:1", steps=300, env=env)
+    # Paced (0.1 s a step) so the planned interruption lands mid-run however fast this box is.
+    job1 = _trainer_job("train-v100", "V100:1", steps=300, env=env, pace=0.1)
     job2 = _trainer_job("finetune-t4", "T4:1", steps=100000, team="research", spot="never", env=env)
     job3 = _trainer_job("pretrain-8xh100", "H100:8", steps=1000, max_price_per_hour=5.0, env=env)
     lead = timedelta(seconds=15 * speedup)

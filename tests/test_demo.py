@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -31,6 +32,10 @@ def test_demo_runs_end_to_end(tmp_path):
     )
     jobs = {j["name"]: j for j in status["jobs"]}
     assert jobs["train-v100"]["state"] == "SUCCEEDED" and jobs["train-v100"]["recoveries"] >= 1
+    # The migrated trainer resumed from its checkpoint, not from step 0.
+    logs = [p.read_text() for p in (tmp_path / "market" / "instances").glob("*/stderr.log")]
+    resumed = [int(m) for log in logs for m in re.findall(r"resumed from step-(\d+)", log)]
+    assert resumed and max(resumed) > 0
     assert jobs["finetune-t4"]["state"] == "HELD"
     assert jobs["pretrain-8xh100"]["state"] == "CANCELLED"
     budget = json.loads(
