@@ -92,7 +92,7 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
                     "policy": name,
                     "avg_cost_usd": round(st.mean, 4),
                     "deadline_misses": st.misses,
-                    "score": round(r.score(name), 2),
+                    "score": round(r.score(name), 2) + 0.0,  # no "-0.0"
                     "ratio_to_optimal": round(r.ratio(name), 4),
                 }
             )

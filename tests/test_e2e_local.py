@@ -115,6 +115,7 @@ def test_interrupt_migrate_resume_restart(tmp_path):
         time.sleep(1)
         assert sw.daemon.poll() is None
         sw.config.write_text(good)
+        os.kill(sw.daemon.pid, signal.SIGHUP)  # a valid file is taken
 
         # The cloud takes the instance back: notice, then SIGTERM; the job checkpoints, exits 75.
         market = LocalMarket(LocalSettings(state_dir=tmp_path / "market", speedup=1))
@@ -158,4 +159,5 @@ def test_interrupt_migrate_resume_restart(tmp_path):
     assert detail["job"]["cost_usd"] == pytest.approx(total, rel=1e-6)
     kinds = [e["kind"] for e in detail["events"]]
     assert kinds[0] == "submitted" and "recovering" in kinds and kinds[-1] == "succeeded"
-    assert "config reload rejected" in (tmp_path / "daemon.log").read_text()
+    log = (tmp_path / "daemon.log").read_text()
+    assert "config reload rejected" in log and "config reloaded from" in log
