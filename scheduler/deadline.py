@@ -17,7 +17,7 @@ import numpy as np
 from providers.base import Market
 from scheduler.catalog import Catalog
 from scheduler.placement import PlacementContext, Requirements, candidates
-from scheduler.policy import ActionKind, Observation, Policy, get_policy
+from scheduler.policy import ON_DEMAND, SPOT, Action, ActionKind, Observation, Policy, get_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +33,16 @@ class DeadlineJob:
 class DeadlineAdvice:
     context: PlacementContext | None  # None: wait this pass
     reason: str
-    action: str
+    action: Action | None  # None: no policy applies (nothing adequate, or no on-demand)
+
+    def moves_from(self, current: Action) -> bool:
+        """Whether following this advice means leaving the attempt that runs now."""
+        return self.action is not None and self.action != current
+
+
+def placement_of(market: str, zone: str) -> Action:
+    """A running attempt as the policy sees it."""
+    return SPOT(zone) if market == Market.SPOT.value else ON_DEMAND
 
 
 class DeadlinePlanner:
@@ -50,16 +59,23 @@ class DeadlinePlanner:
         self._zones.pop(job_id, None)
 
     def advise(
-        self, job: DeadlineJob, req: Requirements, cat: Catalog, ctx: PlacementContext
+        self,
+        job: DeadlineJob,
+        req: Requirements,
+        cat: Catalog,
+        ctx: PlacementContext,
+        current: Action | None = None,
+        remaining_overhead: float = 0.0,
     ) -> DeadlineAdvice:
+        """What the policy wants now; `current` is the running attempt's placement, if any."""
         rows, reason = candidates(req, cat, replace(ctx, markets=None, spot_zones=None))
         if len(rows) == 0:
-            return DeadlineAdvice(None, reason, "none")
+            return DeadlineAdvice(None, reason, None)
         spot = rows[cat.spot[rows]]
         ondemand = rows[~cat.spot[rows]]
         if len(ondemand) == 0:
             # Without an on-demand fallback no deadline policy can promise anything.
-            return DeadlineAdvice(ctx, "no on-demand fallback; placing by cost", "place")
+            return DeadlineAdvice(ctx, "no on-demand fallback; placing by cost", None)
         zone_price: dict[str, float] = {}
         for z, p in zip(cat.zone[spot], cat.price[spot], strict=True):
             name = cat.zones.values[z]
@@ -74,8 +90,8 @@ class DeadlinePlanner:
             work_total=job.work_hours,
             deadline=(job.deadline - job.submitted).total_seconds() / 3600,
             restart_overhead=self.restart_overhead,
-            remaining_overhead=0.0,
-            placement=None,
+            remaining_overhead=remaining_overhead,
+            placement=current,
             spot_available={z: z in zone_price for z in sorted(seen)},
             spot_price={z: float(zone_price.get(z, np.inf)) for z in sorted(seen)},
             on_demand_price=float(cat.price[ondemand].min()),
@@ -89,16 +105,16 @@ class DeadlinePlanner:
                 None,
                 f"waiting for cheaper spot capacity: {slack:.1f} h of slack before the deadline "
                 f"(policy {self.policy_name})",
-                str(action),
+                action,
             )
         if action.kind is ActionKind.ON_DEMAND:
             return DeadlineAdvice(
                 replace(ctx, markets=frozenset({Market.ON_DEMAND})),
                 f"on-demand to meet the deadline ({slack:.1f} h of slack)",
-                str(action),
+                action,
             )
         return DeadlineAdvice(
             replace(ctx, markets=frozenset({Market.SPOT}), spot_zones=frozenset({action.zone})),
             f"spot in {action.zone} ({slack:.1f} h of slack)",
-            str(action),
+            action,
         )

@@ -64,6 +64,7 @@ class AttemptEnd(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     BUDGET = "budget"
+    MIGRATED = "migrated"  # stopped by the deadline policy to run elsewhere
     LAUNCH_FAILED = "launch_failed"
     LOST = "lost"
 

@@ -12,6 +12,10 @@ from scheduler.controllers.base import EXIT_PREEMPTED, LIVE, ControllerBase, hou
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, PoolState
 from scheduler.progress import is_done
 
+# Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may
+# exit "preempted"; the reason we asked wins).
+STOP_ENDS = {"budget": AttemptEnd.BUDGET, "policy": AttemptEnd.MIGRATED}
+
 
 class InstanceController(ControllerBase):
     """Brings live attempts in line with what the clouds report: ends, notices, pool history."""
@@ -87,7 +91,7 @@ class InstanceController(ControllerBase):
         done = job is not None and is_done(job.checkpoint_uri)
         if a.stop_requested_at is not None and not done:
             # We stopped it; a trainer that checkpointed on our SIGTERM may exit "preempted".
-            return AttemptEnd.BUDGET if a.stop_reason == "budget" else AttemptEnd.CANCELLED
+            return STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
         if inst.end_reason is EndReason.INTERRUPTED:
             return AttemptEnd.FINISHED if done else AttemptEnd.INTERRUPTED
         if inst.end_reason is EndReason.EXITED:

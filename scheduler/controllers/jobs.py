@@ -29,7 +29,7 @@ from scheduler.controllers.base import (
     hours,
     safe_message,
 )
-from scheduler.deadline import DeadlineJob
+from scheduler.deadline import DeadlineJob, placement_of
 from scheduler.jobspec import JobSpec
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, JobState, PoolState
 from scheduler.placement import PlacementContext, Requirements, place
@@ -108,9 +108,37 @@ class JobController(ControllerBase):
             job.state, job.reason = JobState.RUNNING, f"on {a.pool} at ${a.price_per_hour:.2f}/h"
             job.updated_at = now
             s.add(job)
+        if running and job.deadline is not None and self.placing:
+            self._follow_deadline_policy(s, job, a, now)
         stopping = a.state is AttemptState.STOPPING and a.stop_requested_at is not None
         if stopping and now - a.stop_requested_at > self.config.daemon.stop_grace * 2:
             self._terminate(s, a, now)  # ask again; the provider treats it idempotently
+
+    def _follow_deadline_policy(self, s: Session, job: Job, a: Attempt, now: datetime) -> None:
+        """Ask the deadline policy about the running attempt; move it if the policy would run
+        elsewhere (e.g. back to spot once capacity returns, or to on-demand as slack runs out)."""
+        spec = JobSpec.model_validate_json(job.spec_json)
+        if not spec.gpu_hours:
+            return
+        current = placement_of(a.market, a.zone)
+        ran = hours(now - (a.started_at or a.created_at))
+        ctx = self._context(s, job, spec, self._budget_statuses(), now)
+        advice = self.planner.advise(
+            _deadline_job(job, spec),
+            Requirements.from_spec(spec),
+            self.catalogs.catalog,
+            ctx,
+            current=current,
+            remaining_overhead=max(0.0, self.planner.restart_overhead - ran),
+        )
+        if not advice.moves_from(current):
+            return
+        self._request_stop(s, a, "policy", now)
+        job.reason = f"moving: {advice.reason}"
+        job.updated_at = now
+        s.add(job)
+        emit(s, now, "policy_move", f"from {current} to {advice.action}: {advice.reason}",
+             job_id=job.id, attempt_id=a.id)  # fmt: skip
 
     def _settle(self, s: Session, job: Job, last: Attempt | None, now: datetime) -> bool:
         """Decide a job's next state from its latest ended attempt. True if nothing to place."""
@@ -134,6 +162,9 @@ class JobController(ControllerBase):
         if end is AttemptEnd.CANCELLED:
             self._finish(s, job, JobState.CANCELLED, "cancelled by user", now)
             return True
+        if end is AttemptEnd.MIGRATED:
+            job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
+            return False
         if end is AttemptEnd.BUDGET:
             job.state = JobState.HELD
             if not job.reason.startswith("hard budget"):

@@ -295,3 +295,36 @@ def test_held_job_released_when_limit_raised(make_world):
     job = w.job(jid)
     assert job.state is JobState.RUNNING and len(w.attempts(jid)) == 2
     assert [e.kind for e in w.events("released")] == ["released"]
+
+
+def test_deadline_policy_moves_running_job_back_to_spot(make_world):
+    """UP runs on-demand while behind; once ahead of its line and spot is back, it moves."""
+    import json
+
+    from tests.fakes import offering
+
+    od = offering("us-east-1a", price=3.06, market="on-demand")
+    w = make_world(
+        offerings=[od],
+        policy={"deadline_policy": "uniform-progress", "restart_overhead": "6m"},
+        reconcile_interval="30m",
+    )
+    jid = w.submit(gpus="V100:1", gpu_hours=10, deadline="30h")
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.market == "on-demand"
+    w.tick(1800, n=10)  # 5 h on-demand: 5 h of work done, the uniform line is at 1.7 h
+    ckpt = w.tmp / "ckpt" / jid
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "progress.json").write_text(json.dumps({"step": 500, "total_steps": 1000}))
+    w.provider._offerings.append(offering("us-east-1b", price=0.9))
+    w.rec.poll_prices()
+    w.tick(1800, n=3)
+    attempts = w.attempts(jid)
+    assert attempts[0].end_reason is AttemptEnd.MIGRATED
+    assert attempts[-1].market == "spot" and attempts[-1].state is AttemptState.RUNNING
+    assert w.job(jid).recoveries == 0  # a move by policy is not a recovery
+    assert w.events("policy_move")
+    # Settled on spot: no further moves while nothing changes.
+    w.tick(1800, n=3)
+    assert len(w.attempts(jid)) == len(attempts)
