@@ -306,11 +306,23 @@ def events(
 def check_config(
     file: Annotated[Path | None, typer.Argument(help="Config file to validate")] = None,
     config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Validate a config file; exit 2 with one message per problem."""
     path = file or config
     cfg = load_config(path)
     providers = [n for n in ("local", "aws") if getattr(cfg.providers, n) is not None]
+    if output is Output.json:
+        _print_json(
+            {
+                "ok": True,
+                "file": str(path) if path else None,
+                "providers": providers,
+                "budgets": [b.name for b in cfg.budgets],
+                "database_url": cfg.daemon.resolved_database_url(),
+            }
+        )
+        return
     out.print(
         f"[green]ok[/] {path or 'built-in defaults'}: providers {', '.join(providers)}; "
         f"{len(cfg.budgets)} budget(s); database {cfg.daemon.resolved_database_url()}"

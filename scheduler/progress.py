@@ -6,6 +6,7 @@ The scheduler never imports the trainer: this file format is the whole interface
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -30,16 +31,23 @@ def _read(uri: str, name: str) -> bytes | None:
             return None
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
-        import boto3
         from botocore.exceptions import BotoCoreError, ClientError
 
         key = f"{parsed.path.lstrip('/').rstrip('/')}/{name}".lstrip("/")
         try:
-            obj = boto3.client("s3").get_object(Bucket=parsed.netloc, Key=key)
+            obj = _s3().get_object(Bucket=parsed.netloc, Key=key)
             return obj["Body"].read()
         except (BotoCoreError, ClientError):
             return None
     return None
+
+
+@lru_cache(maxsize=1)
+def _s3() -> Any:
+    """One client for every poll (boto3 honours AWS_ENDPOINT_URL and the credential chain)."""
+    import boto3
+
+    return boto3.client("s3")
 
 
 def read_progress(uri: str) -> dict[str, Any] | None:

@@ -103,6 +103,14 @@ def test_check_config_cli_exit_code_and_no_traceback(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "ok" in r.stdout
+    r = subprocess.run(
+        [sys.executable, "-m", "scheduler", "check-config", str(good), "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    doc = __import__("json").loads(r.stdout)
+    assert doc["ok"] and doc["providers"] == ["local"] and doc["budgets"] == ["research", "all"]
 
 
 def test_gpu_specs():
