@@ -49,12 +49,12 @@ class BudgetRule:
 
 @dataclass(frozen=True, slots=True)
 class Spend:
-    """One attempt's paid time: price x (end - start); end None = still running."""
+    """One attempt's paid time: price x (end - start); end None = still running (or launching)."""
 
     job_name: str
     team: str
     price_per_hour: float
-    start: datetime
+    start: datetime | None  # None: launching, not billed yet, but its burn is reserved
     end: datetime | None
 
 
@@ -63,7 +63,7 @@ def spent_in_window(rule: BudgetRule, spends: Iterable[Spend], now: datetime) ->
     start = window_start(rule.window, now)
     total = 0.0
     for s in spends:
-        if not rule.applies_to(s.job_name, s.team):
+        if s.start is None or not rule.applies_to(s.job_name, s.team):
             continue
         a = s.start if start is None else max(s.start, start)
         b = min(s.end or now, now)

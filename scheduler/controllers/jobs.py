@@ -47,7 +47,9 @@ class JobController(ControllerBase):
         statuses = self._budget_statuses()
         for job_id in ids:
             try:
-                self._step_job(job_id, statuses)
+                if self._step_job(job_id, statuses):
+                    # A launch adds burn: the next job must see the smaller headroom.
+                    statuses = self._budget_statuses()
             except CrashForTest:
                 raise
             except Exception as e:
@@ -63,12 +65,13 @@ class JobController(ControllerBase):
                     )
                     s.commit()
 
-    def _step_job(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> None:
+    def _step_job(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> bool:
+        """Move one job forward; True if it launched something."""
         now = self.clock.now()
         with self._session() as s:
             job = s.get(Job, job_id)
             if job is None or job.state.terminal:
-                return
+                return False
             live = s.exec(
                 select(Attempt).where(Attempt.job_id == job_id, Attempt.state.in_(LIVE))
             ).first()
@@ -76,16 +79,17 @@ class JobController(ControllerBase):
             if live is not None:
                 self._step_live(s, job, live, now)
                 s.commit()
-                return
+                return False
             last = s.exec(
                 select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number.desc())
             ).first()
             if self._settle(s, job, last, now):
                 s.commit()
-                return
+                return False
             s.commit()
         if job.state in (JobState.PENDING, JobState.RECOVERING) and self.placing:
-            self._place_and_launch(job_id, statuses)
+            return self._place_and_launch(job_id, statuses)
+        return False
 
     def _update_progress(self, job: Job) -> None:
         p = read_progress(job.checkpoint_uri)
@@ -246,13 +250,15 @@ class JobController(ControllerBase):
             lost_work_hours=hours(spec.checkpoint_interval) / 2,
         )
 
-    def _place_and_launch(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> None:
+    def _place_and_launch(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> bool:
+        """Place and launch; True once an intent (which reserves budget) has been written."""
+        wrote = False
         for _ in range(MAX_LAUNCH_TRIES_PER_PASS):
             now = self.clock.now()
             with self._session() as s:
                 job = s.get(Job, job_id)
                 if job is None or job.state not in (JobState.PENDING, JobState.RECOVERING):
-                    return
+                    return wrote
                 spec = JobSpec.model_validate_json(job.spec_json)
                 ctx = self._context(s, job, spec, statuses, now)
                 req = Requirements.from_spec(spec)
@@ -262,18 +268,19 @@ class JobController(ControllerBase):
                     )
                     if advice.context is None:
                         self._explain(s, job, advice.reason, now)
-                        return
+                        return wrote
                     ctx = advice.context
                 decision = place(req, self.catalogs.catalog, ctx)
                 if decision.offering is None:
                     self._explain(s, job, decision.reason, now)
-                    return
+                    return wrote
                 attempt = self._write_intent(s, job, decision.offering, now)
                 s.commit()
-                attempt_id = attempt.id
+                attempt_id, wrote = attempt.id, True
             self._step("after_intent")
             if self._launch(attempt_id):
-                return
+                return wrote
+        return wrote
 
     def _explain(self, s: Session, job: Job, reason: str, now: datetime) -> None:
         """Record why a job waits (once per distinct reason, not every pass)."""

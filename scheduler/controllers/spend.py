@@ -17,10 +17,12 @@ class SpendController(ControllerBase):
 
     def _spends(self, s: Session) -> list[budgets.Spend]:
         rows = s.exec(select(Attempt, Job).where(Attempt.job_id == Job.id)).all()
+        # Launching attempts (intent written, not billed yet) reserve their burn; attempts that
+        # ended without ever starting cost nothing.
         return [
             budgets.Spend(j.name, j.team, a.price_per_hour, a.started_at, a.ended_at)
             for a, j in rows
-            if a.started_at is not None
+            if a.started_at is not None or a.state is not AttemptState.ENDED
         ]
 
     def _budget_statuses(self) -> list[budgets.BudgetStatus]:

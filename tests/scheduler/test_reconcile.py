@@ -328,3 +328,21 @@ def test_deadline_policy_moves_running_job_back_to_spot(make_world):
     # Settled on spot: no further moves while nothing changes.
     w.tick(1800, n=3)
     assert len(w.attempts(jid)) == len(attempts)
+
+
+def test_two_jobs_in_one_pass_share_the_budget_headroom(make_world):
+    # Each $40/h job must be affordable for the hold window (accrue 30 s + stop grace 30 s):
+    # one reserves $0.67 of the $1 budget, so the second must wait in the same pass.
+    from tests.fakes import offering
+
+    w = make_world(
+        offerings=[offering("us-east-1a", price=40.0), offering("us-east-1b", price=40.0)],
+        budgets=[{"name": "cap", "limit_usd": 1.0, "window": "day"}],
+    )
+    a = w.submit(name="a", gpus="V100:1")
+    b = w.submit(name="b", gpus="V100:1")
+    w.tick()
+    states = sorted([w.job(a).state.value, w.job(b).state.value])
+    assert states == ["PENDING", "RUNNING"]
+    waiting = w.job(a) if w.job(a).state is JobState.PENDING else w.job(b)
+    assert "budget 'cap'" in waiting.reason
