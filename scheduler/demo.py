@@ -1,4 +1,4 @@
-"""`spotwise demo`: the whole system on the local market, start to finish, in about two minutes.
+"""`spotwise demo`: the whole system on the local market, start to finish, in about a minute.
 
 It writes a config, starts the real daemon as a subprocess, submits real jobs (the bundled
 trainer), shows the status table live and ends with each job's attempts, interruptions, cost
