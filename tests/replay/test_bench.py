@@ -17,12 +17,17 @@ def test_bench_deadline_quick_json() -> None:
     doc = json.loads(result.stdout)
     assert doc["benchmark"] == "deadline" and doc["quick"] is True
     keys = [s["setting"] for s in doc["settings"]]
-    assert keys == ["single-region", "multi-region", "skynomad-3zone"]
+    assert keys == ["single-region", "multi-region", "skynomad-3zone", "adrs-multi"]
     for s in doc["settings"]:
         rows = {r["policy"]: r for r in s["policies"]}
         assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise", "optimal"}
         assert rows["optimal"]["ratio_to_optimal"] == pytest.approx(1.0)
-        assert rows["on-demand"]["score"] == pytest.approx(0.0, abs=1e-6)
+        if s["setting"] == "adrs-multi":  # fixed anchors 3.06 x 48, 0.9731 x 48
+            assert s["all_on_demand_cost_usd"] == pytest.approx(146.88)
+            assert s["all_spot_cost_usd"] == pytest.approx(46.7088)
+            assert rows["on-demand"]["avg_cost_usd"] == pytest.approx(48.2 * 3.06)
+        else:
+            assert rows["on-demand"]["score"] == pytest.approx(0.0, abs=1e-6)
         for r in rows.values():
             assert r["avg_cost_usd"] >= rows["optimal"]["avg_cost_usd"] - 1e-6
         assert rows["spotwise"]["deadline_misses"] == 0
