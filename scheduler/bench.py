@@ -127,7 +127,7 @@ def _print_setting(res: dict[str, Any]) -> None:
     _out.print(table)
     pub = ", ".join(f"{k} {v:g}" for k, v in res["published"].items())
     unit = "score" if res["published_kind"] == "score" else "avg cost $"
-    _out.print(f"published ({unit}): {pub}\n")
+    _out.print(f"published ({unit}): {pub}\n" if pub else "")
 
 
 BASELINE_SAMPLE = 2000
