@@ -142,3 +142,21 @@ def test_shipped_examples_validate():
 
     names = {load_jobspec(p).name for p in sorted((root / "jobs").glob("*.toml"))}
     assert names == {"llama-finetune", "tiny-trainer"}
+
+
+def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
+    cfg = tmp_path / "spotwise.toml"
+    cfg.write_text(f'[daemon]\ndatabase_url = "sqlite:///{tmp_path}/db.sqlite"\n')
+    job = tmp_path / "job.toml"
+    job.write_text('name = "x"\ncommand = ["train"]\ngpus = "A100:eight"\nspot = "maybe"\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "scheduler", "submit", str(job), "-c", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2
+    assert f"{job}: gpus: GPU spec 'A100:eight'" in r.stderr
+    assert f"{job}: spot: " in r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    assert not (tmp_path / "db.sqlite").exists()  # nothing was enqueued
