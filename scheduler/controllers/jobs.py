@@ -126,7 +126,9 @@ class JobController(ControllerBase):
             return
         current = placement_of(a.market, a.zone)
         ran = hours(now - (a.started_at or a.created_at))
-        ctx = self._context(s, job, spec, self._budget_statuses(), now)
+        # No budget statuses: the budget is judged when the next attempt is placed, not here;
+        # the running attempt's own burn would make its pool look unaffordable to itself.
+        ctx = self._context(s, job, spec, [], now)
         advice = self.planner.advise(
             _deadline_job(job, spec),
             Requirements.from_spec(spec),
