@@ -10,27 +10,25 @@ import sys
 import pytest
 
 
+def spotwise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def read_json(*args: str) -> dict:
+    r = spotwise(*args, "-o", "json")
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
 @pytest.mark.timeout(240)
 def test_demo_runs_end_to_end(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "scheduler", "demo", "--workdir", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=230,
-    )
+    r = spotwise("demo", "--workdir", str(tmp_path), timeout=230)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "what it cost" in r.stdout and "saved" in r.stdout
     cfg = str(tmp_path / "spotwise.toml")
-    status = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "scheduler", "status", "-c", cfg, "-o", "json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-    )
-    jobs = {j["name"]: j for j in status["jobs"]}
+    jobs = {j["name"]: j for j in read_json("status", "-c", cfg)["jobs"]}
     assert jobs["train-v100"]["state"] == "SUCCEEDED" and jobs["train-v100"]["recoveries"] >= 1
     # The migrated trainer resumed from its checkpoint, not from step 0.
     logs = [p.read_text() for p in (tmp_path / "market" / "instances").glob("*/stderr.log")]
@@ -38,16 +36,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert resumed and max(resumed) > 0
     assert jobs["finetune-t4"]["state"] == "HELD"
     assert jobs["pretrain-8xh100"]["state"] == "CANCELLED"
-    budget = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "scheduler", "budget", "-c", cfg, "-o", "json"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        ).stdout
-    )["budgets"]
-    research = next(b for b in budget if b["name"] == "research")
+    budgets = read_json("budget", "-c", cfg)["budgets"]
+    research = next(b for b in budgets if b["name"] == "research")
     # The hard budget bound and was not overrun.
     assert jobs["finetune-t4"]["spent_usd"] <= research["limit_usd"]
     assert jobs["finetune-t4"]["spent_usd"] > 0.5 * research["limit_usd"]
