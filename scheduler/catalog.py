@@ -85,6 +85,13 @@ class Catalog:
     def offering(self, row: int) -> Offering:
         return self._offerings[int(row)]
 
+    def offering_for_pool(self, pool: str) -> Offering | None:
+        """The offering of one pool (pools are unique within a snapshot)."""
+        code = self.pools.index.get(pool)
+        if code is None:
+            return None
+        return self.offering(int(np.flatnonzero(self.pool == code)[0]))
+
     def __iter__(self):
         return iter(self._offerings)
 

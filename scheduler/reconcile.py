@@ -19,7 +19,6 @@ from providers.base import Provider
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import (
-    EXIT_PREEMPTED,
     CatalogHolder,
     CrashForTest,
     hours,
@@ -32,7 +31,7 @@ from scheduler.controllers.spend import SpendController
 from scheduler.controllers.stopping import StopController
 from scheduler.deadline import DeadlinePlanner
 
-__all__ = ["EXIT_PREEMPTED", "CatalogHolder", "CrashForTest", "Reconciler"]
+__all__ = ["CatalogHolder", "CrashForTest", "Reconciler"]
 
 
 class Reconciler(

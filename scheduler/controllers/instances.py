@@ -18,8 +18,6 @@ STOP_ENDS = {"budget": AttemptEnd.BUDGET, "policy": AttemptEnd.MIGRATED}
 
 
 class InstanceController(ControllerBase):
-    """Brings live attempts in line with what the clouds report: ends, notices, pool history."""
-
     def _observe_attempts(self) -> None:
         """Bring every live attempt in line with what its provider reports."""
         now = self.clock.now()

@@ -39,8 +39,6 @@ log = logging.getLogger("spotwise.reconcile")
 
 
 class JobController(ControllerBase):
-    """The per-job state machine: settle ended attempts, place, write intent, launch, adopt."""
-
     def _step_jobs(self) -> None:
         with self._session() as s:
             ids = s.exec(select(Job.id).where(Job.state.in_(ACTIVE_JOB_STATES))).all()
@@ -143,8 +141,8 @@ class JobController(ControllerBase):
         job.reason = f"moving: {advice.reason}"
         job.updated_at = now
         s.add(job)
-        emit(s, now, "policy_move", f"from {current} to {advice.action}: {advice.reason}",
-             job_id=job.id, attempt_id=a.id)  # fmt: skip
+        move = f"from {current} to {advice.action}: {advice.reason}"
+        emit(s, now, "policy_move", move, job_id=job.id, attempt_id=a.id)
 
     def _settle(self, s: Session, job: Job, last: Attempt | None, now: datetime) -> bool:
         """Decide a job's next state from its latest ended attempt. True if nothing to place."""
@@ -322,23 +320,10 @@ class JobController(ControllerBase):
 
     def _request(self, job: Job, a: Attempt) -> LaunchRequest:
         spec = JobSpec.model_validate_json(job.spec_json)
-        o = next(
-            (x for x in self.catalogs.catalog if x.pool == a.pool),
-            None,
-        ) or Offering(
-            a.cloud,
-            a.region,
-            a.zone,
-            a.instance_type,
-            "",
-            a.gpu_count,
-            0,
-            0,
-            0,
-            Market(a.market),
-            a.price_per_hour,
-            a.created_at,
-        )
+        o = self.catalogs.catalog.offering_for_pool(a.pool) or Offering(
+            a.cloud, a.region, a.zone, a.instance_type, "", a.gpu_count, 0, 0, 0,
+            Market(a.market), a.price_per_hour, a.created_at,
+        )  # fmt: skip
         env = dict(spec.env)
         env.update(
             SPOTWISE_JOB_ID=job.id,

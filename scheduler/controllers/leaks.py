@@ -11,8 +11,6 @@ from scheduler.models import Attempt
 
 
 class LeakController(ControllerBase):
-    """Leak collection: our tagged instances with no live attempt are terminated after a grace."""
-
     def _collect_leaks(self) -> None:
         """Terminate instances carrying our owner tag that match no live attempt (after a grace)."""
         now = self.clock.now()

@@ -12,8 +12,6 @@ from scheduler.models import PriceSample
 
 
 class PriceController(ControllerBase):
-    """Polls every provider for offerings and keeps the catalog and price history."""
-
     def poll_prices(self) -> None:
         """Refresh offerings from every provider; a failing provider keeps its last offerings."""
         now = self.clock.now()

@@ -13,8 +13,6 @@ from scheduler.models import Attempt, AttemptState, BudgetSpend, Job, JobState
 
 
 class SpendController(ControllerBase):
-    """Accrues spend per attempt from the price paid and enforces budgets."""
-
     def _spends(self, s: Session) -> list[budgets.Spend]:
         rows = s.exec(select(Attempt, Job).where(Attempt.job_id == Job.id)).all()
         # Launching attempts (intent written, not billed yet) reserve their burn; attempts that
@@ -70,24 +68,27 @@ class SpendController(ControllerBase):
     ) -> tuple[str, str]:
         """Materialise the budget's spend for the CLI; returns its state before and after."""
         rule = st.rule
-        row = s.get(BudgetSpend, rule.name) or BudgetSpend(
-            name=rule.name, scope=rule.scope, window=rule.window.value,
-            limit_usd=rule.limit_usd, hard=rule.hard, updated_at=now,
-        )  # fmt: skip
+        row = s.get(BudgetSpend, rule.name) or BudgetSpend(name=rule.name)
         before = row.state
-        row.scope, row.window, row.limit_usd, row.hard = (
-            rule.scope, rule.window.value, rule.limit_usd, rule.hard,
-        )  # fmt: skip
-        row.window_start = budgets.window_start(rule.window, now)
-        row.spent_usd = round(st.spent, 6)
-        row.burn_per_hour = st.burn_per_hour
         if st.exhausted:
-            row.state = "exhausted"
+            state = "exhausted"
         elif st.spent > 0.8 * rule.limit_usd:
-            row.state = "warning"
+            state = "warning"
         else:
-            row.state = "ok"
-        row.updated_at = now
+            state = "ok"
+        row.sqlmodel_update(
+            {
+                "scope": rule.scope,
+                "window": rule.window.value,
+                "window_start": budgets.window_start(rule.window, now),
+                "limit_usd": rule.limit_usd,
+                "hard": rule.hard,
+                "spent_usd": round(st.spent, 6),
+                "burn_per_hour": st.burn_per_hour,
+                "state": state,
+                "updated_at": now,
+            }
+        )
         s.add(row)
         return before, row.state
 

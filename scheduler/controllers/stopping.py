@@ -12,8 +12,6 @@ from scheduler.models import Attempt, AttemptEnd, AttemptState
 
 
 class StopController(ControllerBase):
-    """Stops attempts on request (cancel, budget): terminate idempotently, retry on failure."""
-
     def _request_stop(self, s: Session, a: Attempt, reason: str, now: datetime) -> None:
         a.stop_requested_at, a.stop_reason = now, reason
         if a.instance_id is None:

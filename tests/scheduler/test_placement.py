@@ -98,3 +98,9 @@ def test_budget_headroom():
 def test_policy_market_restriction():
     d = place(req("T4:1"), CAT, ctx(markets=frozenset({Market.ON_DEMAND})))
     assert d.offering.market is Market.ON_DEMAND
+
+
+def test_offering_for_pool():
+    o = CAT.offering_for_pool("aws/us-east-1b/p4d.24xlarge/spot")
+    assert o is not None and o.price_per_hour == 11.0
+    assert CAT.offering_for_pool("aws/nowhere/x/spot") is None
