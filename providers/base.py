@@ -3,20 +3,30 @@
 Providers speak one cloud's API and make no decisions: they list what can be bought, launch
 exactly what they are told (idempotently), report what they see and terminate on request.
 Everything here is plain data so the scheduler can persist it and tests can build it by hand.
+
+Shaped for three clouds and gangs, not for EC2 alone:
+- resources are addressed by `ResourceRef` (id, region, zone, scope, launched_at): GCE needs
+  the zone, Azure the resource group, and nothing the adapter needs may live only in memory;
+- a launch may complete later: `launch` returns PENDING instances and the outcome
+  (running, or a capacity/quota/rejection failure) arrives through `describe`;
+- a request carries a count and a placement group (gangs), every tagged resource can be
+  listed (Azure leaves NICs, disks and IPs), and each adapter states its `Capabilities`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
-# Tag keys put on every instance we launch; leak collection finds instances by them.
+# Tag keys put on every resource we create; leak collection finds resources by them.
 TAG_JOB = "spotwise-job"
 TAG_ATTEMPT = "spotwise-attempt"
 TAG_OWNER = "spotwise-owner"
+TAG_NODE = "spotwise-node"  # the node index inside a gang (0 for single-node jobs)
 
 
 class Market(StrEnum):
@@ -32,7 +42,7 @@ class Offering:
     region: str
     zone: str
     instance_type: str
-    gpu_model: str  # canonical name, e.g. "A100", "H100", "V100"; "" for CPU-only
+    gpu_model: str  # canonical (providers.gpus), e.g. "A100", "H100", "V100"; "" for CPU-only
     gpu_count: int
     gpu_memory_gb: float  # per GPU
     vcpus: float
@@ -51,12 +61,33 @@ def pool_key(cloud: str, zone: str, instance_type: str, market: Market | str) ->
     return f"{cloud}/{zone}/{instance_type}/{Market(market).value}"
 
 
+class ResourceKind(StrEnum):
+    INSTANCE = "instance"
+    NIC = "nic"
+    DISK = "disk"
+    ADDRESS = "address"
+    PLACEMENT_GROUP = "placement-group"
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRef:
+    """Everything an adapter needs to find a resource again, persisted by the scheduler."""
+
+    id: str
+    region: str = ""
+    zone: str = ""
+    scope: str = ""  # a provider-specific container (Azure resource group); opaque to us
+    launched_at: datetime | None = None
+    kind: ResourceKind = ResourceKind.INSTANCE
+
+
 @dataclass(frozen=True, slots=True)
 class LaunchRequest:
-    """Launch exactly one instance for one attempt.
+    """Launch `count` instances of one offering for one attempt.
 
     `token` is deterministic per attempt: launching twice with the same token must not create
-    a second instance (EC2 ClientToken, GCE requestId, a deterministic Azure VM name).
+    more instances (EC2 ClientToken, GCE requestId, a deterministic Azure VM name). A gang
+    (`count` > 1) is one token family: node i is `node_token(i)` where a cloud needs one each.
     """
 
     token: str
@@ -64,12 +95,18 @@ class LaunchRequest:
     command: Sequence[str]
     env: Mapping[str, str]
     tags: Mapping[str, str]
+    count: int = 1
+    placement_group: str | None = None
+
+    def node_token(self, node: int) -> str:
+        return self.token if self.count == 1 else f"{self.token}-n{node}"
 
 
 class InstanceState(StrEnum):
-    PENDING = "pending"
+    PENDING = "pending"  # accepted; may still fail (the failure then arrives in describe)
     RUNNING = "running"
     ENDED = "ended"
+    NOT_FOUND = "not-found"  # the cloud does not show it: not visible yet, or long gone
 
 
 class EndReason(StrEnum):
@@ -78,7 +115,35 @@ class EndReason(StrEnum):
     INTERRUPTED = "interrupted"
     EXITED = "exited"  # the job's process ended by itself; see Instance.exit_code
     TERMINATED = "terminated"  # we (or a user) terminated it
+    LAUNCH_FAILED = "launch-failed"  # it never ran; see Instance.failure
     UNKNOWN = "unknown"
+
+
+class FailureKind(StrEnum):
+    CAPACITY = "capacity"  # the pool is out of capacity: mark the pool
+    QUOTA = "quota"  # an account limit in that region: mark the pool
+    REJECTED = "rejected"  # the request is wrong (this job's): fail the attempt
+    FATAL = "fatal"  # the provider is misconfigured (credentials, image): mark the pool
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFailure:
+    """A launch outcome that arrived after `launch` returned (GCE operations, Azure pollers)."""
+
+    kind: FailureKind
+    message: str
+    pool: str | None = None
+
+    def to_error(self) -> ProviderError:
+        cls = {
+            FailureKind.CAPACITY: CapacityUnavailable,
+            FailureKind.QUOTA: QuotaExceeded,
+        }.get(self.kind)
+        if cls is not None:
+            return cls(self.message, pool=self.pool)
+        if self.kind is FailureKind.REJECTED:
+            return LaunchRejected(self.message)
+        return FatalError(self.message)
 
 
 @dataclass(slots=True)
@@ -97,10 +162,76 @@ class Instance:
     exit_code: int | None = None
     # Set when the cloud has announced an interruption that has not happened yet.
     notice_at: datetime | None = None
+    failure: LaunchFailure | None = None  # with end_reason LAUNCH_FAILED
+    scope: str = ""
+    node: int = 0
 
     @property
     def pool(self) -> str:
         return pool_key(self.cloud, self.zone, self.instance_type, self.market)
+
+    @property
+    def ref(self) -> ResourceRef:
+        return ResourceRef(self.id, self.region, self.zone, self.scope, self.launched_at)
+
+    @property
+    def live(self) -> bool:
+        return self.state in (InstanceState.PENDING, InstanceState.RUNNING)
+
+
+def not_found(ref: ResourceRef, cloud: str) -> Instance:
+    """What describe() reports for a ref the cloud does not show."""
+    return Instance(
+        id=ref.id, cloud=cloud, region=ref.region, zone=ref.zone, instance_type="",
+        market=Market.ON_DEMAND, state=InstanceState.NOT_FOUND, launched_at=ref.launched_at,
+        scope=ref.scope,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedResource:
+    """Anything carrying our owner tag (leak collection): instances and what they leave."""
+
+    ref: ResourceRef
+    tags: Mapping[str, str]
+    live: bool  # instances: pending or running; other kinds: exists
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEvent:
+    """Something the daemon should record (a price fallback, a skipped region)."""
+
+    message: str
+    level: str = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the scheduler must know about one cloud's API to drive it safely."""
+
+    # Tag/label rules: GCE labels are lowercase [a-z0-9_-], at most 63 characters.
+    label_max_length: int = 255
+    label_pattern: str = r"[\x20-\x7e]"  # one allowed character
+    lowercase_labels: bool = False
+    # How long the cloud remembers a launch token; None: forever (deterministic names).
+    # Past it, launching again with the same token could start a second instance.
+    idempotency_window: timedelta | None = None
+    # How long a just-launched instance may be missing from describe (eventual consistency).
+    visibility_delay: timedelta = timedelta(0)
+    launch_completes_later: bool = False
+    max_count: int = 1  # instances one request may launch (gangs)
+    placement_groups: bool = False
+    # Resources (NICs, disks, addresses) that can outlive their instance and need collecting.
+    leaves_resources: bool = False
+
+    def label(self, value: str) -> str:
+        """A tag value as this cloud stores it (so the scheduler compares like with like)."""
+        if self.lowercase_labels:
+            value = value.lower()
+        allowed = re.compile(self.label_pattern)
+        value = "".join(c if allowed.fullmatch(c) else "_" for c in value)
+        return value[: self.label_max_length]
 
 
 class ProviderError(Exception):
@@ -108,7 +239,7 @@ class ProviderError(Exception):
 
 
 class CapacityUnavailable(ProviderError):
-    """The pool has no capacity (or the price/quota forbids it): try another offering."""
+    """The pool has no capacity (or the price forbids it): mark the pool, try another."""
 
     def __init__(self, message: str, pool: str | None = None) -> None:
         super().__init__(message)
@@ -117,6 +248,11 @@ class CapacityUnavailable(ProviderError):
 
 class QuotaExceeded(CapacityUnavailable):
     """An account limit (vCPU quota, max spot count) blocks the launch in this region."""
+
+
+class LaunchRejected(ProviderError):
+    """The request itself is wrong (bad env name, user data too large, no subnet in a zone):
+    fail this attempt; the pool is fine for every other job."""
 
 
 class Throttled(ProviderError):
@@ -128,7 +264,8 @@ class TransientError(ProviderError):
 
 
 class FatalError(ProviderError):
-    """A failure retrying will not fix (bad AMI, bad credentials, malformed request)."""
+    """A failure retrying will not fix and that is not the request's fault (bad credentials,
+    a configured image that does not exist)."""
 
 
 @runtime_checkable
@@ -136,27 +273,34 @@ class Provider(Protocol):
     """One cloud account's adapter. All methods may raise ProviderError subclasses only."""
 
     name: str
+    capabilities: Capabilities
 
     def offerings(self) -> list[Offering]:
         """Everything buyable now with current prices (spot and on-demand)."""
         ...
 
-    def launch(self, request: LaunchRequest) -> Instance:
-        """Launch one instance; idempotent on request.token."""
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        """Launch `request.count` instances; idempotent on request.token. Instances may come
+        back PENDING, their outcome arriving later through describe()."""
         ...
 
-    def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
-        """Current view of these instances; ids the cloud no longer knows come back ENDED."""
+    def describe(self, refs: Sequence[ResourceRef]) -> list[Instance]:
+        """Current view of these instances, one per ref; unknown ones come back NOT_FOUND."""
         ...
 
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        """Terminate these instances; terminating an ended instance is not an error."""
+    def terminate(self, refs: Sequence[ResourceRef]) -> None:
+        """Terminate or delete these resources (any kind); gone ones are not an error."""
         ...
 
-    def list_tagged(self, owner: str) -> list[Instance]:
-        """Every live instance carrying `spotwise-owner=owner` (leak collection, adoption)."""
+    def list_tagged(self, owner: str) -> list[TaggedResource]:
+        """Every resource carrying `spotwise-owner=owner` (leak collection)."""
         ...
 
-    def find_by_token(self, token: str) -> Instance | None:
-        """The instance launched with this idempotency token, if any (adoption after a crash)."""
+    def find_by_token(self, token: str, region: str = "") -> list[Instance]:
+        """The instances launched with this idempotency token (adoption after a crash);
+        `region` narrows the search where the caller knows it."""
+        ...
+
+    def drain_events(self) -> list[ProviderEvent]:
+        """Events since the last call (price fallbacks, skipped regions); cleared."""
         ...
