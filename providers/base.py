@@ -182,10 +182,16 @@ class Instance:
 def not_found(ref: ResourceRef, cloud: str) -> Instance:
     """What describe() reports for a ref the cloud does not show."""
     return Instance(
-        id=ref.id, cloud=cloud, region=ref.region, zone=ref.zone, instance_type="",
-        market=Market.ON_DEMAND, state=InstanceState.NOT_FOUND, launched_at=ref.launched_at,
+        id=ref.id,
+        cloud=cloud,
+        region=ref.region,
+        zone=ref.zone,
+        instance_type="",
+        market=Market.ON_DEMAND,
+        state=InstanceState.NOT_FOUND,
+        launched_at=ref.launched_at,
         scope=ref.scope,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,8 +42,9 @@ class Faults:
     time is spent in each call (a slow cloud); `errors` pick what is raised."""
 
     rate: float = 0.0
-    methods: frozenset[str] = frozenset({"offerings", "launch", "describe", "terminate",
-                                         "list_tagged", "find_by_token"})  # fmt: skip
+    methods: frozenset[str] = frozenset(
+        {"offerings", "launch", "describe", "terminate", "list_tagged", "find_by_token"}
+    )
     stall_s: dict[str, float] = field(default_factory=dict)
     seed: int = 0
     injected: int = 0
@@ -80,14 +81,21 @@ class FakeCloud:
         clock: object | None = None,
         visibility_delay: timedelta = timedelta(0),
         faults: Faults | None = None,
+        start_running: bool = False,
     ) -> None:
         self.name = name
         self.capabilities = Capabilities(
-            visibility_delay=visibility_delay, launch_completes_later=True, max_count=64,
-            placement_groups=True, idempotency_window=None,
-        )  # fmt: skip
+            visibility_delay=visibility_delay,
+            launch_completes_later=True,
+            max_count=64,
+            placement_groups=True,
+            idempotency_window=None,
+        )
         self._offerings = list(offerings)
-        self._clock = clock or _UTC()
+        self.clock = clock or _UTC()
+        # True: launch() answers RUNNING at once (a fast cloud, like the local market);
+        # False: PENDING, with the outcome arriving through describe() (GCE, Azure).
+        self.start_running = start_running
         self.faults = faults or Faults()
         self._lock = threading.RLock()
         self._ids = itertools.count(1)
@@ -108,7 +116,7 @@ class FakeCloud:
         self.on_launch: Callable[[LaunchRequest, list[Instance]], None] | None = None
 
     def _now(self) -> datetime:
-        return self._clock.now()  # type: ignore[attr-defined]
+        return self.clock.now()  # type: ignore[attr-defined]
 
     # -- Provider ------------------------------------------------------------------------
     def offerings(self) -> list[Offering]:
@@ -133,11 +141,17 @@ class FakeCloud:
             out = []
             for node in range(request.count):
                 inst = Instance(
-                    id=f"{self.name}-{next(self._ids):06d}", cloud=o.cloud, region=o.region,
-                    zone=o.zone, instance_type=o.instance_type, market=o.market,
-                    state=InstanceState.PENDING, tags=dict(request.tags), launched_at=now,
+                    id=f"{self.name}-{next(self._ids):06d}",
+                    cloud=o.cloud,
+                    region=o.region,
+                    zone=o.zone,
+                    instance_type=o.instance_type,
+                    market=o.market,
+                    state=InstanceState.PENDING,
+                    tags=dict(request.tags),
+                    launched_at=now,
                     node=node,
-                )  # fmt: skip
+                )
                 self.instances[inst.id] = inst
                 self._visible_at[inst.id] = now + self.capabilities.visibility_delay
                 out.append(inst)
@@ -150,6 +164,8 @@ class FakeCloud:
                     inst.state = InstanceState.RUNNING
             if self.on_launch is not None:
                 self.on_launch(request, out)
+            if self.start_running and failure is None:
+                return [self._view(i) for i in out]
             return [replace(i, state=InstanceState.PENDING, failure=None) for i in out]
 
     def _view(self, inst: Instance) -> Instance:

@@ -14,12 +14,21 @@ def build_providers(config: Config) -> dict[str, Provider]:
     if p.local is not None:
         from providers.local.market import LocalMarket
 
-        out["local"] = LocalMarket(p.local, clock=clock_for(config))
+        out["local"] = LocalMarket(local_settings(config), clock=clock_for(config))
     if p.aws is not None and getattr(p.aws, "enabled", True):
         from providers.aws import AwsProvider
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
     return out
+
+
+def local_settings(config: Config):  # type: ignore[no-untyped-def]
+    """The local market's settings, its state under the daemon's state_dir by default."""
+    local = config.providers.local
+    assert local is not None
+    if local.state_dir is not None:
+        return local
+    return local.model_copy(update={"state_dir": config.daemon.resolved_state_dir() / "local"})
 
 
 def clock_for(config: Config) -> Clock:
@@ -31,5 +40,5 @@ def clock_for(config: Config) -> Clock:
         return RealClock()
     from providers.local.state import ensure_epoch
 
-    epoch = ensure_epoch(local.resolved_state_dir(), RealClock().now())
+    epoch = ensure_epoch(local_settings(config).resolved_state_dir(), RealClock().now())
     return ScaledClock(epoch, local.speedup)

@@ -24,14 +24,20 @@ from scheduler.errors import UserError, format_validation_error
 DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
 
 
-def state_dir() -> Path:
-    """Per-user state directory (XDG), where the default SQLite database lives."""
+def default_state_dir() -> Path:
+    """$STATE_DIRECTORY (systemd's StateDirectory=), else the XDG state directory."""
+    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd)
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "spotwise"
 
 
 class DaemonSettings(StrictModel):
-    database_url: str | None = None  # default: sqlite:///<state dir>/spotwise.db
+    # The database, checkpoints and local instances hang off one directory, found the same
+    # way by the daemon and the CLI: this key, else $STATE_DIRECTORY, else the XDG one.
+    state_dir: Path | None = None
+    database_url: str | None = None  # default: sqlite:///<state_dir>/spotwise.db
     owner: str = Field(default="spotwise", pattern=r"^[A-Za-z0-9_.-]+$")
     reconcile_interval: Duration = timedelta(seconds=5)
     price_interval: Duration = timedelta(minutes=5)
@@ -46,18 +52,35 @@ class DaemonSettings(StrictModel):
     launch_timeout: Duration = timedelta(minutes=10)
     # Time a job needs to checkpoint and stop; budgets keep this much headroom.
     stop_grace: Duration = timedelta(minutes=2)
-    max_attempts: int = Field(default=20, ge=1)
+    # Attempts that may be lost or rejected before the job fails; preemptions draw on their
+    # own budget (None: unlimited), as Ray Train's max_failures / max_preemption_failures.
+    max_attempts: int = Field(default=3, ge=1)
+    max_preemptions: int | None = Field(default=None, ge=0)
+    # A job whose reconcile step fails this many times in a row is FAILED with the reason.
+    quarantine_after: int = Field(default=5, ge=1)
+    # Per-job back-off after a failed step or launch: base * 2^n, capped.
+    backoff_base: Duration = timedelta(seconds=10)
+    backoff_max: Duration = timedelta(minutes=10)
+    # Every cloud call has a deadline (real seconds): one slow cloud stalls nothing else.
+    call_timeout: Duration = timedelta(seconds=60)
+    # Retention of history (clock time); finished jobs and their attempts are kept.
+    event_retention: Duration = timedelta(days=90)
+    price_retention: Duration = timedelta(days=30)
+    instance_retention: Duration = timedelta(days=7)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
     # Where jobs without their own `checkpoint` URI keep checkpoints: <root>/<job id>.
     checkpoint_root: str | None = None
 
+    def resolved_state_dir(self) -> Path:
+        return (self.state_dir or default_state_dir()).expanduser()
+
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{state_dir() / 'spotwise.db'}"
+        return self.database_url or f"sqlite:///{self.resolved_state_dir() / 'spotwise.db'}"
 
     def resolved_checkpoint_root(self) -> str:
-        return self.checkpoint_root or (state_dir() / "checkpoints").as_uri()
+        return self.checkpoint_root or (self.resolved_state_dir() / "checkpoints").as_uri()
 
 
 class _NotYetSettings(StrictModel):

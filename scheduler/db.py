@@ -1,39 +1,50 @@
 """Database engine and schema: SQLite in WAL mode by default, any SQLAlchemy URL otherwise.
 
 WAL lets the CLI read while the daemon writes; busy_timeout makes short write contention wait
-instead of failing.
+instead of failing. The schema is managed by Alembic (scheduler/migrations): the daemon
+upgrades on start; read commands never create or change a database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from pathlib import Path
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, SQLModel, select
+from sqlmodel import Session, select
 
-from scheduler import models
 from scheduler.errors import UserError
 
-SCHEMA_VERSION = 1
-
-# Ordered migrations from version N-1 to N; version 1 is the initial create_all.
-MIGRATIONS: dict[int, Callable[[sa.Connection], None]] = {}
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+LEGACY_REVISION = "0001"  # what a 0.1 database (create_all, no alembic_version) matches
 
 
-def _sqlite_path(url: str) -> Path | None:
+def redact_url(url: str) -> str:
+    """The URL with any password replaced, for every message a person may read."""
+    try:
+        made = sa.engine.make_url(url)
+    except Exception:
+        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+    return made.render_as_string(hide_password=True)
+
+
+def sqlite_path(url: str) -> Path | None:
     made = sa.engine.make_url(url)
     if made.get_backend_name() != "sqlite" or not made.database or made.database == ":memory:":
         return None
     return Path(made.database)
 
 
-def make_engine(url: str) -> Engine:
-    path = _sqlite_path(url)
+def make_engine(url: str, *, create_dir: bool = False) -> Engine:
+    try:
+        path = sqlite_path(url)
+    except sa.exc.ArgumentError as e:
+        raise UserError(f"database_url {redact_url(url)!r} is not a database URL: {e}") from None
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        if create_dir:
+            path.parent.mkdir(parents=True, exist_ok=True)
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
@@ -49,43 +60,111 @@ def make_engine(url: str) -> Engine:
     try:
         return sa.create_engine(url, pool_pre_ping=True)
     except (sa.exc.ArgumentError, ModuleNotFoundError) as e:
-        raise UserError(f"database_url {url!r} is not usable: {e}") from None
+        raise UserError(f"database_url {redact_url(url)!r} is not usable: {e}") from None
 
 
-def init_db(engine: Engine) -> None:
-    """Create tables on a new database; apply pending migrations on an old one."""
-    SQLModel.metadata.create_all(engine)
-    with Session(engine) as s:
-        row = s.get(models.SchemaVersion, 1)
-        if row is None:
-            s.add(models.SchemaVersion(id=1, version=SCHEMA_VERSION))
-            s.commit()
-            return
-        if row.version > SCHEMA_VERSION:
-            raise UserError(
-                f"the database schema is version {row.version}, newer than this spotwise "
-                f"({SCHEMA_VERSION}); upgrade spotwise"
-            )
-        for v in range(row.version + 1, SCHEMA_VERSION + 1):
-            with engine.begin() as conn:
-                MIGRATIONS[v](conn)
-            row.version = v
-            s.add(row)
-            s.commit()
+def _alembic_config(connection: sa.Connection):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def head_revision() -> str:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    head = ScriptDirectory.from_config(cfg).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's schema revision; LEGACY_REVISION for a 0.1 database; None if empty."""
+    insp = sa.inspect(engine)
+    tables = set(insp.get_table_names())
+    if "alembic_version" in tables:
+        with engine.connect() as c:
+            return c.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+    return LEGACY_REVISION if "job" in tables else None
+
+
+def upgrade(engine: Engine) -> tuple[str | None, str]:
+    """Bring the schema to head (the daemon on start, `spotwise db upgrade`). Returns
+    (from, to). A 0.1 database is stamped at its revision first, then upgraded."""
+    from alembic import command
+
+    before = current_revision(engine)
+    head = head_revision()
+    if before == head:
+        return before, head
+    known = _known_revisions()
+    if before is not None and before not in known:
+        raise UserError(
+            f"the database schema is at revision {before}, which this spotwise does not know "
+            "(it is newer): upgrade spotwise"
+        )
+    with engine.begin() as conn:
+        cfg = _alembic_config(conn)
+        if (
+            before == LEGACY_REVISION
+            and "alembic_version" not in sa.inspect(conn).get_table_names()
+        ):
+            command.stamp(cfg, LEGACY_REVISION)
+        command.upgrade(cfg, "head")
+    return before, head
+
+
+def _known_revisions() -> set[str]:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    return {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
 
 
 def open_db(url: str) -> Engine:
-    engine = make_engine(url)
-    init_db(engine)
+    """For the daemon: create the database if needed and bring its schema to head."""
+    engine = make_engine(url, create_dir=True)
+    try:
+        upgrade(engine)
+    except sa.exc.DatabaseError as e:
+        raise UserError(_unusable(url, e)) from None
     return engine
 
 
 def open_existing(url: str) -> Engine:
-    """For read commands: fail clearly when the daemon has never created the database."""
-    path = _sqlite_path(url)
+    """For the CLI: the daemon's database as it is. Never creates one (a job submitted into a
+    private new database would stay PENDING forever), never migrates one."""
+    path = sqlite_path(url)
     if path is not None and not path.exists():
-        raise UserError(f"no spotwise database at {path}; start the daemon or submit a job first")
-    return open_db(url)
+        raise UserError(
+            f"no spotwise database at {path}: start the daemon first (spotwise daemon), "
+            "or point --config / $SPOTWISE_CONFIG at the daemon's config"
+        )
+    engine = make_engine(url)
+    try:
+        rev = current_revision(engine)
+    except sa.exc.DatabaseError as e:
+        raise UserError(_unusable(url, e)) from None
+    if rev is None:
+        raise UserError(f"the database at {redact_url(url)} has no spotwise tables yet")
+    if rev != head_revision():
+        raise UserError(
+            f"the database at {redact_url(url)} is at schema {rev}, this spotwise needs "
+            f"{head_revision()}: restart the daemon, or run 'spotwise db upgrade'"
+        )
+    return engine
 
 
-__all__ = ["Session", "make_engine", "open_db", "open_existing", "select"]
+def _unusable(url: str, e: BaseException) -> str:
+    first = str(getattr(e, "orig", e)).splitlines()[0] if str(e) else type(e).__name__
+    return f"the database at {redact_url(url)} is not a spotwise database or is damaged: {first}"
+
+
+__all__ = ["Session", "make_engine", "open_db", "open_existing", "redact_url", "select", "upgrade"]

@@ -82,6 +82,10 @@ class DeadlinePlanner:
             zone_price[name] = min(p, zone_price.get(name, np.inf))
         seen = self._zones.setdefault(job.job_id, set())
         seen.update(zone_price)
+        if current is not None and current.kind is ActionKind.SPOT and current.zone:
+            # The running attempt's zone may have lost capacity (or this planner is new after
+            # a restart or reload): the policy must still see it, as unavailable.
+            seen.add(current.zone)
         policy = self._policies.setdefault(job.job_id, get_policy(self.policy_name))
         elapsed = (ctx.now - job.submitted).total_seconds() / 3600
         obs = Observation(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections import Counter as Tally
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session, func, select
 
 from scheduler.models import BudgetSpend, Job, JobState
 
@@ -31,7 +29,8 @@ class Metrics:
 
     def refresh(self, engine: Engine, offerings: int) -> None:
         with Session(engine) as s:
-            states = Tally(j.state for j in s.exec(select(Job)).all())
+            # An aggregate: the idle daemon's cost must not grow with finished jobs.
+            states = dict(s.exec(select(Job.state, func.count()).group_by(Job.state)).all())
             for st in JobState:
                 self.jobs.labels(st.value).set(states.get(st, 0))
             for b in s.exec(select(BudgetSpend)).all():

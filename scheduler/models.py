@@ -36,6 +36,27 @@ def _utc(**kw: Any) -> Any:
     return Field(sa_type=UTCDateTime, **kw)
 
 
+class EnumText(TypeDecorator):
+    """A StrEnum stored as plain text: adding a value later needs no ALTER TYPE anywhere."""
+
+    impl = sa.String(32)
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else str(value)
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        return None if value is None else self.enum(value)
+
+
+def _enum(enum: type[StrEnum], default: Any = None, **kw: Any) -> Any:
+    return Field(default=default, sa_type=EnumText(enum), **kw)
+
+
 class JobState(StrEnum):
     PENDING = "PENDING"
     LAUNCHING = "LAUNCHING"
@@ -59,14 +80,15 @@ class AttemptState(StrEnum):
 
 
 class AttemptEnd(StrEnum):
-    INTERRUPTED = "interrupted"
+    INTERRUPTED = "interrupted"  # the cloud took it back (or the job exited "preempted")
     FINISHED = "finished"
-    FAILED = "failed"
+    FAILED = "failed"  # the job's command failed (non-zero exit)
     CANCELLED = "cancelled"
     BUDGET = "budget"
-    MIGRATED = "migrated"  # stopped by the deadline policy to run elsewhere
-    LAUNCH_FAILED = "launch_failed"
-    LOST = "lost"
+    MIGRATED = "migrated"  # stopped by a policy to run elsewhere
+    LAUNCH_FAILED = "launch_failed"  # capacity or quota: the pool was wrong
+    REJECTED = "rejected"  # the cloud refused the request itself: the job is wrong
+    LOST = "lost"  # the instance vanished and left no outcome
 
 
 class Job(SQLModel, table=True):
@@ -74,11 +96,11 @@ class Job(SQLModel, table=True):
     name: str = Field(index=True)
     team: str = Field(default="default", index=True)
     spec_json: str
-    state: JobState = Field(default=JobState.PENDING, index=True)
+    state: JobState = _enum(JobState, JobState.PENDING, index=True)
     reason: str = ""
     checkpoint_uri: str
     created_at: datetime = _utc()
-    updated_at: datetime = _utc()
+    updated_at: datetime = _utc(index=True)
     deadline: datetime | None = _utc(default=None)
     cancel_requested: bool = False
     # The last ended attempt whose outcome has been acted on (makes settling idempotent).
@@ -88,7 +110,12 @@ class Job(SQLModel, table=True):
     held_window_start: datetime | None = _utc(default=None)
     held_limit_usd: float | None = None
     attempts: int = 0
-    recoveries: int = 0
+    recoveries: int = 0  # preemptions recovered (drawn from max_preemptions)
+    failures: int = 0  # attempts lost or rejected (drawn from max_attempts)
+    # Per-job back-off after a failed step or launch; never placed before this time.
+    not_before: datetime | None = _utc(default=None)
+    step_failures: int = 0  # consecutive failed reconcile steps (quarantine after N)
+    last_error: str = ""  # the last step failure, so the event is written once per reason
     cost_usd: float = 0.0
     progress_step: int | None = None
     total_steps: int | None = None
@@ -106,17 +133,25 @@ class Attempt(SQLModel, table=True):
     instance_type: str
     market: str
     pool: str = Field(index=True)
-    price_per_hour: float
+    price_per_hour: float  # at launch; spend accrues at each interval's price
+    billed_price: float | None = None  # the price of the last accrued interval
     gpu_count: int = 0
-    state: AttemptState = Field(default=AttemptState.LAUNCHING, index=True)
+    state: AttemptState = _enum(AttemptState, AttemptState.LAUNCHING, index=True)
     instance_id: str | None = Field(default=None, index=True)
+    instance_scope: str = ""  # the provider's container for it (Azure resource group)
     created_at: datetime = _utc()
-    started_at: datetime | None = _utc(default=None)
+    # When launch() was last called: the cloud's "not visible yet" grace counts from here.
+    launch_requested_at: datetime | None = _utc(default=None)
+    started_at: datetime | None = _utc(default=None)  # billing start (the cloud's launch time)
+    accrued_until: datetime | None = _utc(default=None)  # spend is accrued up to here
     ended_at: datetime | None = _utc(default=None)
     stop_requested_at: datetime | None = _utc(default=None)
     stop_reason: str | None = None
-    end_reason: AttemptEnd | None = None
+    terminate_sent_at: datetime | None = _utc(default=None)  # re-asked every stop_grace
+    notice_at: datetime | None = _utc(default=None)
+    end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None
+    detail: str = ""  # why it ended, in words (launch failures, lost)
     cost_usd: float = 0.0
 
 
@@ -133,7 +168,7 @@ class PriceSample(SQLModel, table=True):
 
 
 class BudgetSpend(SQLModel, table=True):
-    """The latest accrued spend per budget, materialised by the accrue task for the CLI."""
+    """Each budget as the daemon enforces it (limit stored on load/reload) and its spend."""
 
     name: str = Field(primary_key=True)
     scope: str
@@ -145,6 +180,36 @@ class BudgetSpend(SQLModel, table=True):
     burn_per_hour: float = 0.0
     state: str = "ok"  # ok | warning | exhausted
     updated_at: datetime = _utc()
+
+
+class SpendBucket(SQLModel, table=True):
+    """USD accrued per attempt per UTC hour: budgets sum a window's buckets (an aggregate
+    over the window, never a reload of every attempt ever written)."""
+
+    __table_args__ = (sa.UniqueConstraint("hour", "attempt_id"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    hour: datetime = _utc(index=True)
+    attempt_id: str = Field(index=True)
+    job_id: str = Field(index=True)
+    job_name: str
+    team: str = Field(index=True)
+    cloud: str = ""
+    usd: float = 0.0
+
+
+class DaemonLease(SQLModel, table=True):
+    """Who mutates this database: the daemon's heartbeat (and, on PostgreSQL, its lease)."""
+
+    name: str = Field(default="daemon", primary_key=True)
+    holder: str  # host:pid:random, unique per daemon process
+    pid: int
+    host: str
+    epoch: int = 0  # bumped on every takeover; writes carry it (fencing)
+    started_at: datetime = _utc()
+    renewed_at: datetime = _utc()
+    version: str = ""
+    status: str = ""  # "3 running, 2 pending, $4.10/h"
 
 
 class PoolState(SQLModel, table=True):
@@ -168,6 +233,11 @@ class Event(SQLModel, table=True):
     message: str
 
 
-class SchemaVersion(SQLModel, table=True):
-    id: int = Field(default=1, primary_key=True)
-    version: int
+class LeakSeen(SQLModel, table=True):
+    """When a tagged resource without a live attempt was first seen (leak grace survives a
+    restart: a just-launched instance is never collected because the daemon restarted)."""
+
+    resource_id: str = Field(primary_key=True)
+    provider: str
+    kind: str = "instance"
+    first_seen_at: datetime = _utc()

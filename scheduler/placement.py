@@ -69,6 +69,9 @@ class PlacementContext:
     budget_name: str = ""
     remaining_gpu_hours: float | None = None
     interruption_rate: Mapping[str, float] = field(default_factory=dict)
+    # The same rates as a column over the catalog's rows (see `rate_column`): computed once
+    # per pass, so a decision costs O(candidates), not pools-with-history x candidates.
+    rate_by_row: np.ndarray | None = None
     restart_overhead_hours: float = 0.05
     lost_work_hours: float = 0.0
     # A deadline policy may restrict the market (and spot zones) for this decision.
@@ -194,13 +197,24 @@ def expected_cost(cat: Catalog, rows: np.ndarray, ctx: PlacementContext) -> np.n
     """price x hours x (1 + interruption rate x (restart overhead + work lost per interruption))."""
     gpus = np.maximum(cat.gpu_count[rows], 1)
     hours = (ctx.remaining_gpu_hours / gpus) if ctx.remaining_gpu_hours else np.ones(len(rows))
-    rate = np.where(cat.spot[rows], DEFAULT_SPOT_INTERRUPTION_RATE, 0.0)
-    if ctx.interruption_rate:
-        pools = cat.pool[rows]
-        spot = cat.spot[rows]
-        for pool, learned in ctx.interruption_rate.items():
-            code = cat.pools.index.get(pool)
-            if code is not None:
-                rate[(pools == code) & spot] = learned
+    if ctx.rate_by_row is not None and len(ctx.rate_by_row) == len(cat):
+        rate = ctx.rate_by_row[rows]
+    elif ctx.interruption_rate:
+        rate = rate_column(cat, ctx.interruption_rate)[rows]
+    else:
+        rate = np.where(cat.spot[rows], DEFAULT_SPOT_INTERRUPTION_RATE, 0.0)
     penalty = rate * (ctx.restart_overhead_hours + ctx.lost_work_hours)
     return cat.price[rows] * hours * (1.0 + penalty)
+
+
+def rate_column(
+    cat: Catalog, learned: Mapping[str, float], default: float = DEFAULT_SPOT_INTERRUPTION_RATE
+) -> np.ndarray:
+    """Interruption rate per catalog row: learned where a pool has history, else the prior;
+    0 for on-demand rows."""
+    by_code = np.full(len(cat.pools.values), default, dtype=np.float64)
+    for pool, rate in learned.items():
+        code = cat.pools.index.get(pool)
+        if code is not None:
+            by_code[code] = rate
+    return np.where(cat.spot, by_code[cat.pool] if len(cat) else by_code[:0], 0.0)

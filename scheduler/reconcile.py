@@ -1,47 +1,41 @@
-"""The reconcile loop: level-triggered, idempotent steps that move every job toward its goal.
+"""The reconcile loop: composes the controllers, one concern each, into the daemon's passes.
 
-Each pass reads desired state (jobs) and observed state (instances) and steps each job forward.
-Every cloud call is preceded by a committed intent (an Attempt row carrying a deterministic
-idempotency token), so a crash between any two steps is repaired by the next pass: a LAUNCHING
-attempt is adopted by its token or launched again *with the same token*, which the provider
-turns into a no-op. Nothing here raises out of a pass because of one job or one API call.
+Each pass is level-triggered and idempotent: observe the clouds, stop what must stop, step
+every job (settle, place, write intents), launch the new intents and adopt the old ones,
+collect leaks. Every cloud call is preceded by a committed intent, so a crash between any
+two steps is repaired by the next pass. Budget accrual and enforcement run as their own task
+(`accrue`) and never wait on a cloud call.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Mapping
-from datetime import datetime
 
 from sqlalchemy.engine import Engine
+from sqlmodel import select
 
 from providers.base import Provider
 from scheduler.clock import Clock
 from scheduler.config import Config
-from scheduler.controllers.base import (
-    CatalogHolder,
-    CrashForTest,
-    hours,
-)
+from scheduler.controllers.base import CatalogHolder, Clouds, CrashForTest, Db, Steps, hours
 from scheduler.controllers.instances import InstanceController
 from scheduler.controllers.jobs import JobController
+from scheduler.controllers.launches import LaunchController
 from scheduler.controllers.leaks import LeakController
 from scheduler.controllers.prices import PriceController
 from scheduler.controllers.spend import SpendController
 from scheduler.controllers.stopping import StopController
 from scheduler.deadline import DeadlinePlanner
+from scheduler.models import Attempt, AttemptState
+from scheduler.store import CheckpointStores
 
 __all__ = ["CatalogHolder", "CrashForTest", "Reconciler"]
 
+# Placement rounds per pass: a capacity error sends the job to its next offering at once.
+LAUNCH_ROUNDS = 4
 
-class Reconciler(
-    PriceController,
-    InstanceController,
-    JobController,
-    StopController,
-    LeakController,
-    SpendController,
-):
+
+class Reconciler:
     """The passes the daemon runs: `poll_prices`, `reconcile` and `accrue`."""
 
     def __init__(
@@ -52,34 +46,118 @@ class Reconciler(
         clock: Clock,
         *,
         crash_hook: Callable[[str], None] | None = None,
+        stores: CheckpointStores | None = None,
     ) -> None:
         self.engine = engine
-        self.providers = dict(providers)
+        self.db = Db(engine)
         self.clock = clock
         self.catalogs = CatalogHolder()
-        self.placing = True  # cleared on SIGTERM: finish in-flight work, start nothing new
-        self._crash_hook = crash_hook
-        self._lock = threading.RLock()  # reconcile and accrue mutate the same rows
-        self._orphans_seen: dict[str, datetime] = {}
-        self.config = config
+        self.stores = stores or CheckpointStores()
+        self.steps = Steps(crash_hook)
+        self._config = config
+        self._clouds = Clouds(providers, config.daemon.call_timeout)
+        self._planner = self._make_planner(config)
+        cfg, clouds, planner = (
+            (lambda: self._config),
+            (lambda: self._clouds),
+            (lambda: self._planner),
+        )
+        self.prices = PriceController(self.db, clock, clouds, self.catalogs)
+        self.instances = InstanceController(self.db, clock, clouds, self.stores, cfg)
+        self.spend = SpendController(self.db, clock, self.catalogs, cfg)
+        self.jobs = JobController(
+            self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
+        )
+        self.launches = LaunchController(
+            self.db, clock, clouds, self.stores, self.catalogs, cfg, self.steps
+        )
+        self.stops = StopController(self.db, clock, clouds, cfg)
+        self.leaks = LeakController(self.db, clock, clouds, cfg)
 
+    @staticmethod
+    def _make_planner(config: Config) -> DeadlinePlanner:
+        return DeadlinePlanner(
+            config.policy.deadline_policy,
+            hours(config.policy.restart_overhead),
+            hours(config.daemon.reconcile_interval),
+        )
+
+    # -- configuration -----------------------------------------------------------------------
     @property
     def config(self) -> Config:
         return self._config
 
     @config.setter
     def config(self, config: Config) -> None:
-        """A reloaded config also re-creates the deadline planner (its policy may change)."""
+        """A reloaded config: a new deadline planner only when the policy settings changed."""
+        old = self._config
         self._config = config
-        self.planner = DeadlinePlanner(
-            config.policy.deadline_policy,
-            hours(config.policy.restart_overhead),
-            hours(config.daemon.reconcile_interval),
-        )
+        if (
+            old.policy != config.policy
+            or old.daemon.reconcile_interval != config.daemon.reconcile_interval
+        ):
+            self._planner = self._make_planner(config)
+
+    @property
+    def providers(self) -> dict[str, Provider]:
+        return self._clouds.providers
+
+    @providers.setter
+    def providers(self, providers: Mapping[str, Provider]) -> None:
+        old = self._clouds
+        self._clouds = Clouds(providers, self._config.daemon.call_timeout)
+        old.shutdown()
+
+    @property
+    def planner(self) -> DeadlinePlanner:
+        return self._planner
+
+    @property
+    def placing(self) -> bool:
+        return self.jobs.placing
+
+    @placing.setter
+    def placing(self, value: bool) -> None:
+        self.jobs.placing = value
+
+    # -- the passes --------------------------------------------------------------------------
+    def poll_prices(self) -> None:
+        self.prices.poll()
+
+    def accrue(self) -> None:
+        self.spend.accrue()
 
     def reconcile(self) -> None:
-        """One level-triggered pass: observe instances, step every job, collect leaks."""
-        with self._lock:
-            self._observe_attempts()
-            self._step_jobs()
-            self._collect_leaks()
+        """One level-triggered pass."""
+        self.instances.observe()
+        self.stops.step()
+        intents = self.jobs.step()
+        if intents:
+            self.steps("after_intent")
+        self._launch(intents)
+        self.stops.step()  # a stop requested this pass (cancel) goes out now
+        self.leaks.collect()
+
+    def _launch(self, intents: list[str]) -> None:
+        """Launch new intents, adopt or relaunch old ones; jobs whose pool had no capacity get
+        their next offering in the same pass."""
+        with self.db.read() as s:
+            waiting = s.exec(
+                select(Attempt.id, Attempt.launch_requested_at).where(
+                    Attempt.state == AttemptState.LAUNCHING,
+                    Attempt.instance_id.is_(None),  # type: ignore[union-attr]
+                    Attempt.stop_requested_at.is_(None),  # type: ignore[union-attr]
+                )
+            ).all()
+        fresh = [i for i, asked in waiting if asked is None]
+        stale = [i for i, asked in waiting if asked is not None]
+        relaunch = self.launches.adopt(stale) if stale else []
+        todo = list(dict.fromkeys(fresh + relaunch))
+        for _ in range(LAUNCH_ROUNDS):
+            if not todo:
+                return
+            outcomes = self.launches.launch(todo)
+            retry_jobs = [o.attempt_id.rsplit("-a", 1)[0] for o in outcomes if o.pool_failed]
+            if not retry_jobs:
+                return
+            todo = self.jobs.step(only=retry_jobs)

@@ -24,3 +24,11 @@ def notify(message: str) -> bool:
 
 def watchdog_enabled() -> bool:
     return bool(os.environ.get("WATCHDOG_USEC"))
+
+
+def watchdog_seconds() -> float | None:
+    """Half of systemd's WatchdogSec (the interval sd_watchdog_enabled recommends), or None."""
+    raw = os.environ.get("WATCHDOG_USEC", "")
+    if not raw.isdigit() or int(raw) <= 0:
+        return None
+    return int(raw) / 1e6 / 2

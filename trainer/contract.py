@@ -102,8 +102,17 @@ def utc_now() -> str:
 
 
 def owner_doc(attempt: int, attempt_id: str, job_id: str) -> str:
-    return json.dumps({"attempt": attempt, "attempt_id": attempt_id, "job_id": job_id,
-                       "written_at": utc_now()}) + "\n"  # fmt: skip
+    return (
+        json.dumps(
+            {
+                "attempt": attempt,
+                "attempt_id": attempt_id,
+                "job_id": job_id,
+                "written_at": utc_now(),
+            }
+        )
+        + "\n"
+    )
 
 
 def exit_doc(attempt: int, exit_code: int) -> str:

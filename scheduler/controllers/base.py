@@ -1,24 +1,30 @@
-"""What every controller shares: the runtime (database, config, providers, clock, catalog),
-short sessions, the crash seam for tests, and the cost arithmetic of attempts."""
+"""What the controllers share, passed to each explicitly: the database (short write
+transactions), the clouds (concurrent calls with deadlines), the catalog, and small helpers.
+
+The pattern every controller follows: read a snapshot and commit; call the clouds with a
+deadline, outside any transaction; write the results in a short transaction that re-reads
+the rows it changes. A slow cloud therefore never holds a database lock, and a CLI `submit`
+never waits behind a terminate.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Generic, TypeVar
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, select
+from sqlmodel import Session
 
-from providers.base import Provider
+from providers.base import Provider, ProviderError, TransientError
 from scheduler.catalog import Catalog
-from scheduler.clock import Clock
-from scheduler.config import Config
-from scheduler.deadline import DeadlinePlanner
-from scheduler.models import Attempt, AttemptState, JobState
+from scheduler.models import AttemptState, JobState
 
-EXIT_PREEMPTED = 75  # the trainer's "preempted, resume me" exit code
 LIVE = (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)
 ACTIVE_JOB_STATES = (
     JobState.PENDING,
@@ -27,20 +33,135 @@ ACTIVE_JOB_STATES = (
     JobState.RECOVERING,
     JobState.HELD,
 )
-# How many offerings one pass tries for a job after capacity errors before waiting a pass.
-MAX_LAUNCH_TRIES_PER_PASS = 4
+T = TypeVar("T")
 
 
 class CrashForTest(RuntimeError):
     """Raised by a test's crash hook to simulate the daemon dying between two steps."""
 
 
-@dataclass
-class CatalogHolder:
-    """The newest catalog and which provider sells each pool; swapped whole, never mutated."""
+class Db:
+    """The engine plus the process's write lock: writes are short and serialised, so the
+    accrue task and the reconcile pass never interleave inside one read-modify-write."""
 
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+
+    def read(self) -> Session:
+        # Objects stay readable after commit: a pass reads them across short transactions.
+        return Session(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def write(self) -> Iterator[Session]:
+        with self._lock, Session(self.engine, expire_on_commit=False) as s:
+            yield s
+            s.commit()
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogSnapshot:
     catalog: Catalog = field(default_factory=Catalog.empty)
-    provider_of_pool: dict[str, str] = field(default_factory=dict)
+    provider_of_pool: Mapping[str, str] = field(default_factory=dict)
+
+
+class CatalogHolder:
+    """The newest catalog and which provider sells each pool; swapped whole, never mutated,
+    so a reader never sees one provider's new offerings with another's old owner map."""
+
+    def __init__(self) -> None:
+        self.current = CatalogSnapshot()
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.current.catalog
+
+    @property
+    def provider_of_pool(self) -> Mapping[str, str]:
+        return self.current.provider_of_pool
+
+    def set(self, catalog: Catalog, provider_of_pool: Mapping[str, str]) -> None:
+        self.current = CatalogSnapshot(catalog, dict(provider_of_pool))
+
+
+class CallTimeout(TransientError):
+    """A cloud call passed its deadline; its result (if it ever comes) is not used."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[T]):
+    value: T | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Clouds:
+    """The configured providers, each called on its own small thread pool with a deadline,
+    so one slow cloud stalls neither the others nor the loop (nor the systemd watchdog)."""
+
+    def __init__(self, providers: Mapping[str, Provider], timeout: timedelta) -> None:
+        self.providers = dict(providers)
+        self.timeout = timeout.total_seconds()
+        self._pools = {
+            name: ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"cloud-{name}")
+            for name in self.providers
+        }
+
+    def get(self, name: str) -> Provider | None:
+        return self.providers.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.providers)
+
+    def submit(self, name: str, fn: Callable[[Provider], T]) -> Future[T]:
+        provider = self.providers[name]
+        return self._pools[name].submit(fn, provider)
+
+    def call(self, name: str, fn: Callable[[Provider], T]) -> T:
+        """One call with the deadline; ProviderError (CallTimeout included) on failure."""
+        result = self.gather({name: (name, fn)})[name]
+        if result.error is not None:
+            raise result.error
+        return result.value  # type: ignore[return-value]
+
+    def gather(
+        self, calls: Mapping[str, tuple[str, Callable[[Provider], T]]]
+    ) -> dict[str, Result[T]]:
+        """Run calls concurrently (key -> (provider, fn)); each gets the deadline."""
+        futures: dict[str, Future[T]] = {}
+        out: dict[str, Result[T]] = {}
+        for key, (name, fn) in calls.items():
+            if name not in self.providers:
+                out[key] = Result(error=ProviderError(f"provider {name} is not configured"))
+                continue
+            futures[key] = self.submit(name, fn)
+        start = _monotonic()
+        for key, fut in futures.items():
+            left = max(0.0, self.timeout - (_monotonic() - start))
+            try:
+                out[key] = Result(value=fut.result(timeout=left))
+            except FutureTimeout:
+                out[key] = Result(
+                    error=CallTimeout(f"{calls[key][0]}: no answer in {self.timeout:g}s")
+                )
+            except ProviderError as e:
+                out[key] = Result(error=e)
+            except Exception as e:  # an adapter bug must not take the daemon down
+                out[key] = Result(error=e)
+        return out
+
+    def shutdown(self) -> None:
+        for pool in self._pools.values():
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _monotonic() -> float:
+    import time
+
+    return time.monotonic()
 
 
 def hours(delta: timedelta) -> float:
@@ -53,46 +174,43 @@ def safe_message(e: BaseException) -> str:
     return text[:500]
 
 
-class ControllerBase:
-    """State shared by the controllers; `Reconciler` sets it up once."""
+class Steps:
+    """Named points between two durable steps, where tests make the daemon 'crash'."""
 
-    engine: Engine
-    config: Config
-    providers: dict[str, Provider]
-    clock: Clock
-    catalogs: CatalogHolder
-    planner: DeadlinePlanner
-    placing: bool
-    _crash_hook: Callable[[str], None] | None
-    _lock: threading.RLock
-    _orphans_seen: dict[str, datetime]
+    def __init__(self, hook: Callable[[str], None] | None = None) -> None:
+        self.hook = hook
 
-    def _session(self) -> Session:
-        # Objects stay readable after commit: a pass reads them across short transactions.
-        return Session(self.engine, expire_on_commit=False)
+    def __call__(self, name: str) -> None:
+        if self.hook is not None:
+            self.hook(name)
 
-    def _step(self, name: str) -> None:
-        """A named point between two durable steps, where tests make the daemon 'crash'."""
-        if self._crash_hook is not None:
-            self._crash_hook(name)
 
-    @property
-    def owner(self) -> str:
-        return self.config.daemon.owner
+def later(a: datetime | None, b: datetime) -> bool:
+    return a is not None and a > b
 
-    def _hold_hours(self) -> float:
-        """Least time a launched attempt is surely paid for: one accrual plus the stop grace."""
-        d = self.config.daemon
-        return hours(d.accrue_interval + d.stop_grace)
 
-    @staticmethod
-    def _attempt_cost(a: Attempt, until: datetime) -> float:
-        if a.started_at is None:
-            return 0.0
-        return round(a.price_per_hour * max(0.0, hours(until - a.started_at)), 6)
+def mark_unavailable(s: Session, pool: str, why: str, now: datetime, ttl: timedelta) -> None:
+    """Keep a pool out of placement for `ttl` after a capacity, quota or provider error."""
+    from scheduler.audit import emit
+    from scheduler.models import PoolState
 
-    def _job_cost(self, s: Session, job_id: str, now: datetime) -> float:
-        total = 0.0
-        for a in s.exec(select(Attempt).where(Attempt.job_id == job_id)).all():
-            total += a.cost_usd if a.state is AttemptState.ENDED else self._attempt_cost(a, now)
-        return round(total, 6)
+    ps = s.get(PoolState, pool) or PoolState(pool=pool)
+    ps.unavailable_until = now + ttl
+    ps.unavailable_reason = why[:300]
+    s.add(ps)
+    emit(s, now, "pool_unavailable", f"{pool} until {ps.unavailable_until:%H:%M:%S}Z: {why}")
+
+
+def job_running(s: Session, job_id: str, pool: str, price: float, now: datetime) -> None:
+    """The job's state follows its attempt once the cloud says the instance runs."""
+    from scheduler.models import Job
+
+    job = s.get(Job, job_id)
+    if job is not None and job.state in (JobState.LAUNCHING, JobState.PENDING, JobState.RECOVERING):
+        job.state, job.reason, job.updated_at = (
+            JobState.RUNNING,
+            f"on {pool} at ${price:.2f}/h",
+            now,
+        )
+        job.not_before = None
+        s.add(job)

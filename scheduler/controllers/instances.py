@@ -1,111 +1,227 @@
-"""Brings live attempts in line with what the clouds report: ends, notices, pool history."""
+"""Brings live attempts in line with what the clouds report: starts, notices, ends.
+
+An instance the cloud does not show is "not visible yet" while the attempt's launch is
+younger than the provider's visibility delay; the launch time comes from the database, so a
+restart never turns a seconds-old launch into a lost one (and a second launch).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
-from sqlmodel import Session, select
+from sqlmodel import select
 
-from providers.base import EndReason, Instance, InstanceState, Market, ProviderError
+from providers.base import EndReason, Instance, InstanceState, Market, ResourceRef
 from scheduler.audit import emit
-from scheduler.controllers.base import EXIT_PREEMPTED, LIVE, ControllerBase, hours, safe_message
+from scheduler.clock import Clock
+from scheduler.config import Config
+from scheduler.controllers.base import (
+    LIVE,
+    Clouds,
+    Db,
+    hours,
+    job_running,
+    mark_unavailable,
+    safe_message,
+)
+from scheduler.lifecycle import Ended, classify_end
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, PoolState
-from scheduler.progress import is_done
-
-# Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may
-# exit "preempted"; the reason we asked wins).
-STOP_ENDS = {"budget": AttemptEnd.BUDGET, "policy": AttemptEnd.MIGRATED}
+from scheduler.store import CheckpointStores, StoreError
 
 
-class InstanceController(ControllerBase):
-    def _observe_attempts(self) -> None:
-        """Bring every live attempt in line with what its provider reports."""
+@dataclass(frozen=True, slots=True)
+class _Live:
+    attempt_id: str
+    job_id: str
+    number: int
+    provider: str
+    ref: ResourceRef
+    since: datetime  # when the launch was asked for (visibility grace counts from here)
+    checkpoint_uri: str
+    stop_reason: str | None
+
+
+class InstanceController:
+    def __init__(
+        self,
+        db: Db,
+        clock: Clock,
+        clouds: Callable[[], Clouds],
+        stores: CheckpointStores,
+        config: Callable[[], Config],
+    ) -> None:
+        self._config = config
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds
+        self.stores = stores
+
+    def observe(self) -> None:
+        clouds = self._clouds()
+        with self.db.read() as s:
+            rows = s.exec(
+                select(Attempt, Job.checkpoint_uri)
+                .where(Attempt.job_id == Job.id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
+                .where(Attempt.instance_id.is_not(None))  # type: ignore[union-attr]
+            ).all()
+        live = [
+            _Live(
+                a.id,
+                a.job_id,
+                a.number,
+                a.provider,
+                ResourceRef(a.instance_id or "", a.region, a.zone, a.instance_scope, a.started_at),
+                a.launch_requested_at or a.created_at,
+                uri,
+                a.stop_reason,
+            )
+            for a, uri in rows
+        ]
+        by_provider: dict[str, list[_Live]] = {}
+        for x in live:
+            by_provider.setdefault(x.provider, []).append(x)
+        results = clouds.gather(
+            {
+                name: (name, lambda p, xs=xs: p.describe([x.ref for x in xs]))
+                for name, xs in by_provider.items()
+                if clouds.get(name) is not None
+            }
+        )
         now = self.clock.now()
-        with self._session() as s:
-            live = s.exec(select(Attempt).where(Attempt.state.in_(LIVE))).all()
-            by_provider: dict[str, list[Attempt]] = {}
-            for a in live:
-                if a.instance_id is not None:
-                    by_provider.setdefault(a.provider, []).append(a)
-            for name, attempts in by_provider.items():
-                provider = self.providers.get(name)
-                if provider is None:
+        failed = {n: r.error for n, r in results.items() if r.error is not None}
+        if failed:
+            with self.db.write() as s:
+                for name, err in failed.items():
+                    emit(s, now, "describe_failed", f"{name}: {safe_message(err)}", level="warning")
+        for name, xs in by_provider.items():
+            r = results.get(name)
+            if r is None or r.value is None:
+                continue
+            seen = {i.id: i for i in r.value}
+            delay = clouds.providers[name].capabilities.visibility_delay
+            for x in xs:
+                inst = seen.get(x.ref.id)
+                if inst is None:
                     continue
-                try:
-                    seen = {i.id: i for i in provider.describe([a.instance_id for a in attempts])}
-                except ProviderError as e:
-                    emit(s, now, "describe_failed", f"{name}: {safe_message(e)}", level="warning")
-                    continue
-                except Exception as e:
-                    emit(s, now, "describe_failed", f"{name}: {safe_message(e)}", level="error")
-                    continue
-                for a in attempts:
-                    inst = seen.get(a.instance_id or "")
-                    if inst is not None:
-                        self._apply_observation(s, a, inst, now)
-            s.commit()
+                if inst.state is InstanceState.NOT_FOUND and now - x.since < delay:
+                    continue  # launched moments ago; eventually consistent API
+                self._apply(x, inst, now)
 
-    def _apply_observation(self, s: Session, a: Attempt, inst: Instance, now: datetime) -> None:
-        if inst.state is not InstanceState.ENDED:
-            if a.state is AttemptState.LAUNCHING:
-                a.state = AttemptState.RUNNING
-            if inst.notice_at is not None and a.stop_reason != "notice":
-                a.stop_reason = a.stop_reason or "notice"
-                emit(
-                    s,
-                    now,
-                    "interruption_notice",
-                    f"{a.pool}: the cloud will reclaim {a.instance_id}; the job is checkpointing",
-                    job_id=a.job_id,
-                    attempt_id=a.id,
-                    level="warning",
-                )
-            s.add(a)
-            return
-        job = s.get(Job, a.job_id)
-        end = self._end_reason(a, inst, job)
-        a.state = AttemptState.ENDED
-        a.ended_at = inst.ended_at or now
-        a.end_reason = end
-        a.exit_code = inst.exit_code
-        a.cost_usd = self._attempt_cost(a, a.ended_at)
+    def _apply(self, x: _Live, inst: Instance, now: datetime) -> None:
+        ended = inst.state in (InstanceState.ENDED, InstanceState.NOT_FOUND)
+        facts: Ended | None = None
+        if ended:
+            try:
+                facts = self._ended_facts(x, inst)
+            except StoreError as e:
+                with self.db.write() as s:
+                    a = s.get(Attempt, x.attempt_id)
+                    msg = f"cannot read the checkpoint store ({e}); will retry"
+                    if a is not None and a.detail != msg:
+                        a.detail = msg
+                        s.add(a)
+                        emit(
+                            s,
+                            now,
+                            "store_unreadable",
+                            msg,
+                            job_id=x.job_id,
+                            attempt_id=x.attempt_id,
+                            level="warning",
+                        )
+                return
+        with self.db.write() as s:
+            a = s.get(Attempt, x.attempt_id)
+            if a is None or a.state not in LIVE:
+                return
+            if facts is None:
+                self._running(s, a, inst, now)
+            else:
+                self._end(s, a, inst, facts, now)
+
+    def _ended_facts(self, x: _Live, inst: Instance) -> Ended:
+        """What the cloud said plus what the job's wrapper left in the store (I/O: called
+        outside any transaction)."""
+        done = self.stores.done(x.checkpoint_uri)
+        code = inst.exit_code
+        if code is None and not done:
+            code = self.stores.exit_code(x.checkpoint_uri, x.number)
+        reason = inst.end_reason if inst.state is InstanceState.ENDED else EndReason.UNKNOWN
+        failure = inst.failure.kind if inst.failure is not None else None
+        return Ended(reason, code, done, x.stop_reason, failure)
+
+    def _running(self, s, a: Attempt, inst: Instance, now: datetime) -> None:  # type: ignore[no-untyped-def]
+        if inst.state is InstanceState.RUNNING and a.state is AttemptState.LAUNCHING:
+            a.state = AttemptState.RUNNING
+            if a.stop_requested_at is None:
+                job_running(s, a.job_id, a.pool, a.price_per_hour, now)
+        if inst.state is InstanceState.RUNNING and a.started_at is None:
+            # Billed from when the cloud started it, not from when we first saw it.
+            a.started_at = min(inst.launched_at or now, now)
+            a.accrued_until = a.started_at
+            emit(
+                s, now, "running", f"{a.instance_id} on {a.pool}", job_id=a.job_id, attempt_id=a.id
+            )
+        if inst.notice_at is not None and a.notice_at is None:
+            a.notice_at = inst.notice_at
+            emit(
+                s,
+                now,
+                "interruption_notice",
+                f"{a.pool}: the cloud will reclaim {a.instance_id}; the job is checkpointing",
+                job_id=a.job_id,
+                attempt_id=a.id,
+                level="warning",
+            )
         s.add(a)
-        if job is not None:
-            job.cost_usd = self._job_cost(s, job.id, now)
-            s.add(job)
+
+    def _end(self, s, a: Attempt, inst: Instance, facts: Ended, now: datetime) -> None:  # type: ignore[no-untyped-def]
+        end = classify_end(facts)
+        a.state = AttemptState.ENDED
+        a.ended_at = min(inst.ended_at or now, now)
+        if a.started_at is None and end not in (AttemptEnd.LAUNCH_FAILED, AttemptEnd.REJECTED):
+            # Ended before we saw it run: bill from the cloud's launch time, if it has one.
+            a.started_at = (
+                inst.launched_at if inst.launched_at and inst.launched_at <= a.ended_at else None
+            )
+            a.accrued_until = a.started_at
+        if a.started_at is not None and a.ended_at < a.started_at:
+            a.ended_at = a.started_at
+        a.end_reason = end
+        a.exit_code = facts.exit_code
+        if inst.failure is not None:
+            a.detail = inst.failure.message[:500]
+        elif inst.state is InstanceState.NOT_FOUND:
+            a.detail = "the cloud no longer knows the instance"
+        s.add(a)
         self._learn_pool(s, a, end)
+        if end in (AttemptEnd.LAUNCH_FAILED,) and inst.failure is not None:
+            mark_unavailable(
+                s,
+                inst.failure.pool or a.pool,
+                inst.failure.message,
+                now,
+                self._config().daemon.unavailable_ttl,
+            )
+        code = f" (exit {facts.exit_code})" if facts.exit_code is not None else ""
         emit(
             s,
             now,
             f"attempt_{end.value}",
-            f"{a.instance_id} on {a.pool} ended: {end.value}"
-            + (f" (exit {inst.exit_code})" if inst.exit_code is not None else ""),
+            f"{a.instance_id} on {a.pool} ended: {end.value}{code}",
             job_id=a.job_id,
             attempt_id=a.id,
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
         )
 
-    def _end_reason(self, a: Attempt, inst: Instance, job: Job | None) -> AttemptEnd:
-        done = job is not None and is_done(job.checkpoint_uri)
-        if a.stop_requested_at is not None and not done:
-            # We stopped it; a trainer that checkpointed on our SIGTERM may exit "preempted".
-            return STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
-        if inst.end_reason is EndReason.INTERRUPTED:
-            return AttemptEnd.FINISHED if done else AttemptEnd.INTERRUPTED
-        if inst.end_reason is EndReason.EXITED:
-            if inst.exit_code == 0 or (inst.exit_code is None and done):
-                return AttemptEnd.FINISHED
-            if inst.exit_code == EXIT_PREEMPTED:
-                return AttemptEnd.INTERRUPTED
-            return AttemptEnd.FAILED
-        return AttemptEnd.FINISHED if done else AttemptEnd.LOST
-
-    def _learn_pool(self, s: Session, a: Attempt, end: AttemptEnd) -> None:
-        if a.market != Market.SPOT.value:
+    @staticmethod
+    def _learn_pool(s, a: Attempt, end: AttemptEnd) -> None:  # type: ignore[no-untyped-def]
+        if a.market != Market.SPOT.value or a.started_at is None:
             return
         ps = s.get(PoolState, a.pool) or PoolState(pool=a.pool)
-        start = a.started_at or a.created_at
-        ps.exposure_hours += max(0.0, hours((a.ended_at or start) - start))
+        ps.exposure_hours += max(0.0, hours((a.ended_at or a.started_at) - a.started_at))
         if end is AttemptEnd.INTERRUPTED:
             ps.interruptions += 1
             ps.last_interrupted_at = a.ended_at

@@ -1,461 +1,432 @@
-"""The per-job state machine: settle ended attempts, place, write intent, launch, adopt."""
+"""The per-job step: settle ended attempts, follow policies, place, and write launch intents.
+
+No cloud I/O here: a placement becomes an Attempt row (the intent), which the
+LaunchController turns into a cloud call. One job's failure never stops the others: a job
+whose step keeps failing is backed off exponentially and quarantined (FAILED, with the
+reason) after `quarantine_after` failures in a row; the event is written when the reason
+changes, not every pass.
+"""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
+import numpy as np
 from sqlmodel import Session, select
 
-from providers.base import (
-    TAG_ATTEMPT,
-    TAG_JOB,
-    TAG_OWNER,
-    CapacityUnavailable,
-    FatalError,
-    Instance,
-    LaunchRequest,
-    Market,
-    Offering,
-)
 from scheduler import budget as budgets
 from scheduler.audit import emit
+from scheduler.clock import Clock
+from scheduler.config import Config
 from scheduler.controllers.base import (
     ACTIVE_JOB_STATES,
     LIVE,
-    MAX_LAUNCH_TRIES_PER_PASS,
-    ControllerBase,
+    CatalogHolder,
     CrashForTest,
+    Db,
     hours,
     safe_message,
 )
-from scheduler.deadline import DeadlineJob, placement_of
+from scheduler.controllers.spend import SpendController, request_stop
+from scheduler.deadline import DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
+from scheduler.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, settle
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, JobState, PoolState
-from scheduler.placement import PlacementContext, Requirements, place
-from scheduler.progress import read_progress
+from scheduler.placement import PlacementContext, Requirements, place, rate_column
+from scheduler.store import CheckpointStores, StoreError
 
 log = logging.getLogger("spotwise.reconcile")
+PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure
 
 
-class JobController(ControllerBase):
-    def _step_jobs(self) -> None:
-        with self._session() as s:
-            ids = s.exec(select(Job.id).where(Job.state.in_(ACTIVE_JOB_STATES))).all()
-        statuses = self._budget_statuses()
+@dataclass
+class PassFacts:
+    """What every job's decision in one pass shares, read once per pass."""
+
+    now: datetime
+    unavailable: dict[str, datetime]
+    rates: dict[str, float]
+    rate_by_row: np.ndarray
+    statuses: list[budgets.BudgetStatus]
+    hold_hours: float
+
+
+class JobController:
+    def __init__(
+        self,
+        db: Db,
+        clock: Clock,
+        catalog: CatalogHolder,
+        stores: CheckpointStores,
+        spend: SpendController,
+        planner: Callable[[], DeadlinePlanner],
+        config: Callable[[], Config],
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.catalog = catalog
+        self.stores = stores
+        self.spend = spend
+        self._planner = planner
+        self._config = config
+        self.placing = True  # cleared on SIGTERM: finish in-flight work, start nothing new
+
+    # -- the pass ----------------------------------------------------------------------------
+    def step(self, only: list[str] | None = None) -> list[str]:
+        """Step every active job (or `only` these); returns the attempt ids of new intents."""
+        with self.db.read() as s:
+            q = select(Job.id).where(Job.state.in_(ACTIVE_JOB_STATES))  # type: ignore[attr-defined]
+            if only is not None:
+                q = q.where(Job.id.in_(only))  # type: ignore[attr-defined]
+            ids = list(s.exec(q.order_by(Job.created_at)).all())
+            facts = self._facts(s)
+        intents: list[str] = []
         for job_id in ids:
             try:
-                if self._step_job(job_id, statuses):
-                    # A launch adds burn: the next job must see the smaller headroom.
-                    statuses = self._budget_statuses()
+                made = self._step_job(job_id, facts)
             except CrashForTest:
                 raise
             except Exception as e:
                 log.exception("job %s: step failed", job_id)
-                with self._session() as s:
-                    emit(
-                        s,
-                        self.clock.now(),
-                        "step_failed",
-                        safe_message(e),
-                        job_id=job_id,
-                        level="error",
-                    )
-                    s.commit()
+                self._step_failed(job_id, e)
+                continue
+            if made is not None:
+                intents.append(made)
+        return intents
 
-    def _step_job(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> bool:
-        """Move one job forward; True if it launched something."""
+    def _facts(self, s: Session) -> PassFacts:
         now = self.clock.now()
-        with self._session() as s:
-            job = s.get(Job, job_id)
-            if job is None or job.state.terminal:
-                return False
-            live = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id, Attempt.state.in_(LIVE))
-            ).first()
-            self._update_progress(job)
-            if live is not None:
-                self._step_live(s, job, live, now)
-                s.commit()
-                return False
-            last = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number.desc())
-            ).first()
-            if self._settle(s, job, last, now):
-                s.commit()
-                return False
-            s.commit()
-        if job.state in (JobState.PENDING, JobState.RECOVERING) and self.placing:
-            return self._place_and_launch(job_id, statuses)
-        return False
-
-    def _update_progress(self, job: Job) -> None:
-        p = read_progress(job.checkpoint_uri)
-        if p:
-            step, total = p.get("step"), p.get("total_steps")
-            job.progress_step = step if isinstance(step, int) else job.progress_step
-            job.total_steps = total if isinstance(total, int) else job.total_steps
-
-    def _step_live(self, s: Session, job: Job, a: Attempt, now: datetime) -> None:
-        if job.cancel_requested and a.stop_requested_at is None:
-            self._request_stop(s, a, "cancel", now)
-            return
-        if a.state is AttemptState.LAUNCHING and a.instance_id is None:
-            # Crashed between intent and record: adopt by token, else relaunch with the same
-            # token (idempotent), unless it has been stuck for too long.
-            self._resume_launch(s, job, a, now)
-            return
-        running = a.state is AttemptState.RUNNING and a.stop_requested_at is None
-        if running and job.state is not JobState.RUNNING:
-            job.state, job.reason = JobState.RUNNING, f"on {a.pool} at ${a.price_per_hour:.2f}/h"
-            job.updated_at = now
-            s.add(job)
-        if running and job.deadline is not None and self.placing:
-            self._follow_deadline_policy(s, job, a, now)
-        stopping = a.state is AttemptState.STOPPING and a.stop_requested_at is not None
-        if stopping and now - a.stop_requested_at > self.config.daemon.stop_grace * 2:
-            self._terminate(s, a, now)  # ask again; the provider treats it idempotently
-
-    def _follow_deadline_policy(self, s: Session, job: Job, a: Attempt, now: datetime) -> None:
-        """Ask the deadline policy about the running attempt; move it if the policy would run
-        elsewhere (e.g. back to spot once capacity returns, or to on-demand as slack runs out)."""
-        spec = JobSpec.model_validate_json(job.spec_json)
-        if not spec.gpu_hours:
-            return
-        current = placement_of(a.market, a.zone)
-        ran = hours(now - (a.started_at or a.created_at))
-        # No budget statuses: the budget is judged when the next attempt is placed, not here;
-        # the running attempt's own burn would make its pool look unaffordable to itself.
-        ctx = self._context(s, job, spec, [], now)
-        advice = self.planner.advise(
-            _deadline_job(job, spec),
-            Requirements.from_spec(spec),
-            self.catalogs.catalog,
-            ctx,
-            current=current,
-            remaining_overhead=max(0.0, self.planner.restart_overhead - ran),
-        )
-        if not advice.moves_from(current):
-            return
-        self._request_stop(s, a, "policy", now)
-        job.reason = f"moving: {advice.reason}"
-        job.updated_at = now
-        s.add(job)
-        move = f"from {current} to {advice.action}: {advice.reason}"
-        emit(s, now, "policy_move", move, job_id=job.id, attempt_id=a.id)
-
-    def _settle(self, s: Session, job: Job, last: Attempt | None, now: datetime) -> bool:
-        """Decide a job's next state from its latest ended attempt. True if nothing to place."""
-        if job.cancel_requested:
-            self._finish(s, job, JobState.CANCELLED, "cancelled by user", now)
-            return True
-        if last is None or last.end_reason is None or job.settled_attempt == last.id:
-            if job.state is JobState.HELD:
-                return self._maybe_release_hold(s, job, now)
-            return False
-        job.settled_attempt = last.id
-        job.updated_at = now
-        s.add(job)
-        end = last.end_reason
-        if end is AttemptEnd.FINISHED:
-            self._finish(s, job, JobState.SUCCEEDED, "finished", now)
-            return True
-        if end is AttemptEnd.FAILED:
-            self._finish(s, job, JobState.FAILED, f"the job exited with code {last.exit_code}", now)
-            return True
-        if end is AttemptEnd.CANCELLED:
-            self._finish(s, job, JobState.CANCELLED, "cancelled by user", now)
-            return True
-        if end is AttemptEnd.MIGRATED:
-            job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-            return False
-        if end is AttemptEnd.BUDGET:
-            job.state = JobState.HELD
-            if not job.reason.startswith("hard budget"):
-                job.reason = "hard budget exhausted"
-            return True
-        if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST):
-            if job.recoveries >= self.config.daemon.max_attempts:
-                why = f"gave up after {job.recoveries} recoveries"
-                self._finish(s, job, JobState.FAILED, why, now)
-                return True
-            job.recoveries += 1
-            job.state = JobState.RECOVERING
-            job.reason = f"{end.value} on {last.pool}; resuming from its checkpoint"
-            emit(
-                s, now, "recovering", job.reason, job_id=job.id, attempt_id=last.id, level="warning"
-            )
-        else:  # launch_failed: the next pass tries the next offering
-            job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-        return False
-
-    def _maybe_release_hold(self, s: Session, job: Job, now: datetime) -> bool:
-        """A budget-HELD job waits until that budget's window resets or its limit is raised
-        (or it is removed), so it neither churns at the limit nor waits forever."""
-        rule = next((r for r in self.config.budget_rules() if r.name == job.held_budget), None)
-        if rule is not None and rule.hard:
-            same_window = budgets.window_start(rule.window, now) == job.held_window_start
-            if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
-                return True
-        job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-        job.reason = f"budget '{job.held_budget}' has a new window or limit"
-        job.held_budget = job.held_window_start = job.held_limit_usd = None
-        job.updated_at = now
-        emit(s, now, "released", job.reason, job_id=job.id)
-        s.add(job)
-        return False
-
-    def _finish(self, s: Session, job: Job, state: JobState, reason: str, now: datetime) -> None:
-        job.state, job.reason, job.updated_at = state, reason, now
-        job.cost_usd = self._job_cost(s, job.id, now)
-        s.add(job)
-        emit(s, now, state.value.lower(), reason, job_id=job.id)
-
-    def _context(self, s: Session, job: Job, spec: JobSpec, statuses, now: datetime):
-        pools = s.exec(select(PoolState)).all()
-        prior = self.config.policy.spot_interruption_prior
-        prior_h = 10.0
-        unavailable = {
-            p.pool: p.unavailable_until for p in pools if p.unavailable_until is not None
-        }
-        rates = {
-            p.pool: (p.interruptions + prior * prior_h) / (p.exposure_hours + prior_h)
-            for p in pools
-            if p.interruptions or p.exposure_hours
-        }
-        avoid = set()
-        recent = now - self.config.daemon.avoid_after_interrupt
-        for a in s.exec(
-            select(Attempt).where(
-                Attempt.job_id == job.id, Attempt.end_reason == AttemptEnd.INTERRUPTED
-            )
-        ).all():
-            if a.ended_at is not None and a.ended_at > recent:
-                avoid.add(a.pool)
-        affordable, budget_name = budgets.max_affordable_price(
-            statuses, job.name, job.team, self._hold_hours()
-        )
-        remaining = spec.gpu_hours
-        if remaining and job.total_steps and job.progress_step:
-            remaining = spec.gpu_hours * max(0.0, 1 - job.progress_step / job.total_steps)
-        return PlacementContext(
+        cfg = self._config()
+        prior = cfg.policy.spot_interruption_prior
+        unavailable: dict[str, datetime] = {}
+        rates: dict[str, float] = {}
+        for p in s.exec(select(PoolState)).all():
+            if p.unavailable_until is not None and p.unavailable_until > now:
+                unavailable[p.pool] = p.unavailable_until
+            if p.interruptions or p.exposure_hours:
+                rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
+                    p.exposure_hours + PRIOR_HOURS
+                )
+        cat = self.catalog.catalog
+        return PassFacts(
             now=now,
             unavailable=unavailable,
-            avoid_pools=frozenset(avoid),
-            max_affordable_price=affordable,
-            budget_name=budget_name,
-            remaining_gpu_hours=remaining or None,
-            interruption_rate=rates,
-            restart_overhead_hours=hours(self.config.policy.restart_overhead),
-            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            rates=rates,
+            rate_by_row=rate_column(cat, rates, prior),
+            statuses=self.spend.statuses(s, now),
+            hold_hours=self.spend.hold_hours(),
         )
 
-    def _place_and_launch(self, job_id: str, statuses: list[budgets.BudgetStatus]) -> bool:
-        """Place and launch; True once an intent (which reserves budget) has been written."""
-        wrote = False
-        for _ in range(MAX_LAUNCH_TRIES_PER_PASS):
-            now = self.clock.now()
-            with self._session() as s:
-                job = s.get(Job, job_id)
-                if job is None or job.state not in (JobState.PENDING, JobState.RECOVERING):
-                    return wrote
-                spec = JobSpec.model_validate_json(job.spec_json)
-                ctx = self._context(s, job, spec, statuses, now)
-                req = Requirements.from_spec(spec)
-                if job.deadline is not None and spec.gpu_hours:
-                    advice = self.planner.advise(
-                        _deadline_job(job, spec), req, self.catalogs.catalog, ctx
-                    )
-                    if advice.context is None:
-                        self._explain(s, job, advice.reason, now)
-                        return wrote
-                    ctx = advice.context
-                decision = place(req, self.catalogs.catalog, ctx)
-                if decision.offering is None:
-                    self._explain(s, job, decision.reason, now)
-                    return wrote
-                attempt = self._write_intent(s, job, decision.offering, now)
-                s.commit()
-                attempt_id, wrote = attempt.id, True
-            self._step("after_intent")
-            if self._launch(attempt_id):
-                return wrote
-        return wrote
-
-    def _explain(self, s: Session, job: Job, reason: str, now: datetime) -> None:
-        """Record why a job waits (once per distinct reason, not every pass)."""
-        if job.reason != reason:
-            job.reason, job.updated_at = reason, now
-            emit(s, now, "waiting", reason, job_id=job.id)
-            s.add(job)
-            s.commit()
-
-    def _write_intent(self, s: Session, job: Job, o: Offering, now: datetime) -> Attempt:
-        number = job.attempts + 1
-        attempt_id = f"{job.id}-a{number}"
-        a = Attempt(
-            id=attempt_id,
-            job_id=job.id,
-            number=number,
-            token=f"{self.owner}-{attempt_id}",
-            provider=self.catalogs.provider_of_pool.get(o.pool, o.cloud),
-            cloud=o.cloud,
-            region=o.region,
-            zone=o.zone,
-            instance_type=o.instance_type,
-            market=o.market.value,
-            pool=o.pool,
-            price_per_hour=o.price_per_hour,
-            gpu_count=o.gpu_count,
-            created_at=now,
-        )
-        job.attempts = number
-        job.state = JobState.LAUNCHING
-        job.reason = f"launching on {o.pool} at ${o.price_per_hour:.2f}/h"
-        job.updated_at = now
-        s.add(a)
-        s.add(job)
-        emit(s, now, "launching", job.reason, job_id=job.id, attempt_id=attempt_id)
-        return a
-
-    def _request(self, job: Job, a: Attempt) -> LaunchRequest:
-        spec = JobSpec.model_validate_json(job.spec_json)
-        o = self.catalogs.catalog.offering_for_pool(a.pool) or Offering(
-            a.cloud, a.region, a.zone, a.instance_type, "", a.gpu_count, 0, 0, 0,
-            Market(a.market), a.price_per_hour, a.created_at,
-        )  # fmt: skip
-        env = dict(spec.env)
-        env.update(
-            SPOTWISE_JOB_ID=job.id,
-            SPOTWISE_ATTEMPT=str(a.number),
-            SPOTWISE_CHECKPOINT_URI=job.checkpoint_uri,
-            SPOTWISE_CLOUD=a.cloud,
-        )
-        tags = {TAG_JOB: job.id, TAG_ATTEMPT: a.id, TAG_OWNER: self.owner}
-        return LaunchRequest(token=a.token, offering=o, command=spec.command, env=env, tags=tags)
-
-    def _launch(self, attempt_id: str) -> bool:
-        """Call the cloud for a LAUNCHING attempt. True when the job needs no other try now."""
+    def _step_job(self, job_id: str, facts: PassFacts) -> str | None:
         now = self.clock.now()
-        with self._session() as s:
-            a = s.get(Attempt, attempt_id)
-            job = s.get(Job, a.job_id) if a else None
-            if a is None or job is None:
-                return True
-            provider = self.providers.get(a.provider)
-            if provider is None:
-                self._end_launch(s, job, a, f"provider {a.provider} is not configured", now)
-                s.commit()
-                return False
-            request = self._request(job, a)
-        try:
-            inst = provider.launch(request)
-        except CapacityUnavailable as e:
-            with self._session() as s:
-                a, job = s.get(Attempt, attempt_id), s.get(Job, request.tags[TAG_JOB])
-                self._mark_unavailable(s, a.pool, safe_message(e), now)
-                self._end_launch(s, job, a, f"no capacity: {safe_message(e)}", now)
-                s.commit()
-            return False
-        except FatalError as e:
-            with self._session() as s:
-                a, job = s.get(Attempt, attempt_id), s.get(Job, request.tags[TAG_JOB])
-                self._end_launch(s, job, a, f"launch rejected: {safe_message(e)}", now)
-                self._mark_unavailable(s, a.pool, safe_message(e), now)
-                s.commit()
-            return False
-        except Exception as e:
-            with self._session() as s:
+        with self.db.read() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.state.terminal:
+                return None
+            live = s.exec(
+                select(Attempt).where(Attempt.job_id == job_id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
+            ).first()
+            last = s.exec(
+                select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number.desc())  # type: ignore[attr-defined]
+            ).first()
+        if live is not None:
+            self._step_live(job, live, facts, now)
+            return None
+        if last is not None and last.end_reason is not None and job.settled_attempt != last.id:
+            self._settle(job_id, last, now)
+        elif job.cancel_requested:
+            self._finish(job_id, JobState.CANCELLED, "cancelled by user", now)
+            return None
+        elif job.state is JobState.HELD:
+            self._maybe_release_hold(job_id, now)
+        with self.db.read() as s:
+            job = s.get(Job, job_id)
+        if job is None or job.state not in (JobState.PENDING, JobState.RECOVERING):
+            return None
+        if not self.placing or (job.not_before is not None and job.not_before > now):
+            return None
+        return self._place(job, facts, now)
+
+    # -- running jobs ------------------------------------------------------------------------
+    def _step_live(self, job: Job, a: Attempt, facts: PassFacts, now: datetime) -> None:
+        progress = None
+        if a.state is AttemptState.RUNNING:
+            try:
+                progress = self.stores.progress(job.checkpoint_uri)
+            except StoreError:
+                progress = None  # the observe step reports unreadable stores
+        with self.db.write() as s:
+            job_w = s.get(Job, job.id)
+            a_w = s.get(Attempt, a.id)
+            if job_w is None or a_w is None or a_w.state not in LIVE:
+                return
+            if progress:
+                step, total = progress.get("step"), progress.get("total_steps")
+                if isinstance(step, int) and step != job_w.progress_step:
+                    job_w.progress_step = step
+                if isinstance(total, int) and total != job_w.total_steps:
+                    job_w.total_steps = total
+            if job_w.step_failures:
+                job_w.step_failures, job_w.last_error = 0, ""
+            if job_w.cancel_requested and a_w.stop_requested_at is None:
+                request_stop(s, a_w, "cancel", now)
                 emit(
                     s,
                     now,
-                    "launch_retry",
-                    f"{safe_message(e)}; will retry with the same token",
-                    job_id=request.tags[TAG_JOB],
-                    attempt_id=attempt_id,
-                    level="warning",
+                    "stopping",
+                    "cancel requested: checkpointing and stopping",
+                    job_id=job.id,
+                    attempt_id=a.id,
                 )
-                s.commit()
-            return True
-        self._step("after_launch")
-        with self._session() as s:
-            a = s.get(Attempt, attempt_id)
-            job = s.get(Job, a.job_id)
-            self._record_instance(s, job, a, inst, now)
-            s.commit()
-        self._step("after_record")
-        return True
+            elif a_w.stop_requested_at is None:
+                if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
+                    job_w.state = JobState.RUNNING
+                    job_w.reason = f"on {a_w.pool} at ${a_w.price_per_hour:.2f}/h"
+                    job_w.updated_at = now
+                elif a_w.state is AttemptState.LAUNCHING and job_w.state not in (
+                    JobState.LAUNCHING,
+                ):
+                    job_w.state = JobState.LAUNCHING
+                    job_w.updated_at = now
+                if (
+                    a_w.state is AttemptState.RUNNING
+                    and job_w.deadline is not None
+                    and self.placing
+                ):
+                    self._follow_deadline_policy(s, job_w, a_w, facts, now)
+            s.add(job_w)
 
-    def _record_instance(
-        self, s: Session, job: Job, a: Attempt, inst: Instance, now: datetime
+    def _follow_deadline_policy(
+        self, s: Session, job: Job, a: Attempt, facts: PassFacts, now: datetime
     ) -> None:
-        a.instance_id = inst.id
-        a.state = AttemptState.RUNNING
-        a.started_at = a.started_at or now
-        job.state = JobState.RUNNING
-        job.reason = f"on {a.pool} at ${a.price_per_hour:.2f}/h"
+        """Ask the deadline policy about the running attempt; move it if the policy would run
+        elsewhere (back to spot once capacity returns, or to on-demand as slack runs out)."""
+        spec = JobSpec.model_validate_json(job.spec_json)
+        if not spec.gpu_hours:
+            return
+        planner = self._planner()
+        current = placement_of(a.market, a.zone)
+        ran = hours(now - (a.started_at or a.created_at))
+        # No budget headroom here: the running attempt's own burn would make its pool look
+        # unaffordable to itself; budgets are judged when the next attempt is placed.
+        ctx = self._context(s, job, spec, facts, now, with_budget=False)
+        advice = planner.advise(
+            _deadline_job(job, spec),
+            Requirements.from_spec(spec),
+            self.catalog.catalog,
+            ctx,
+            current=current,
+            remaining_overhead=max(0.0, planner.restart_overhead - ran),
+        )
+        if not advice.moves_from(current):
+            return
+        request_stop(s, a, "policy", now)
+        job.reason = f"moving: {advice.reason}"
         job.updated_at = now
-        s.add(a)
-        s.add(job)
         emit(
             s,
             now,
-            "launched",
-            f"{inst.id} on {a.pool} ({a.market})",
+            "policy_move",
+            f"from {current} to {advice.action}: {advice.reason}",
             job_id=job.id,
             attempt_id=a.id,
         )
 
-    def _resume_launch(self, s: Session, job: Job, a: Attempt, now: datetime) -> None:
-        provider = self.providers.get(a.provider)
-        if provider is None:
-            self._end_launch(s, job, a, f"provider {a.provider} is not configured", now)
-            return
-        try:
-            inst = provider.find_by_token(a.token)
-        except Exception as e:
-            emit(
-                s,
-                now,
-                "adopt_failed",
-                safe_message(e),
-                job_id=job.id,
-                attempt_id=a.id,
-                level="warning",
+    # -- settling ----------------------------------------------------------------------------
+    def _settle(self, job_id: str, last: Attempt, now: datetime) -> None:
+        cfg = self._config().daemon
+        with self.db.write() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.settled_attempt == last.id or job.state.terminal:
+                return
+            assert last.end_reason is not None
+            t = settle(
+                JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
+                LastAttempt(last.id, last.end_reason, last.pool, last.exit_code, last.detail),
+                Limits(cfg.max_attempts, cfg.max_preemptions),
             )
-            return
-        if inst is not None:
-            emit(
-                s,
-                now,
-                "adopted",
-                f"found {inst.id} by token {a.token}",
-                job_id=job.id,
-                attempt_id=a.id,
+            job.settled_attempt = last.id
+            job.recoveries += t.recoveries
+            job.failures += t.failures
+            job.updated_at = now
+            if t.state is JobState.HELD and job.state is JobState.HELD and job.reason:
+                pass  # the budget stop already wrote the full reason and the window
+            else:
+                job.state, job.reason = t.state, t.reason
+            if t.failures:
+                delay = backoff_seconds(
+                    job.failures, cfg.backoff_base.total_seconds(), cfg.backoff_max.total_seconds()
+                )
+                job.not_before = now + timedelta(seconds=delay)
+            s.add(job)
+            emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
+
+    def _finish(self, job_id: str, state: JobState, reason: str, now: datetime) -> None:
+        with self.db.write() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.state.terminal:
+                return
+            job.state, job.reason, job.updated_at = state, reason, now
+            s.add(job)
+            emit(s, now, state.value.lower(), reason, job_id=job.id)
+
+    def _maybe_release_hold(self, job_id: str, now: datetime) -> None:
+        """A budget-HELD job waits until that budget's window resets or its limit is raised
+        (or it is removed), so it neither churns at the limit nor waits forever."""
+        rules = {r.name: r for r in self._config().budget_rules()}
+        with self.db.write() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.state is not JobState.HELD:
+                return
+            rule = rules.get(job.held_budget or "")
+            if rule is not None and rule.hard:
+                same_window = budgets.window_start(rule.window, now) == job.held_window_start
+                if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
+                    return
+            job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
+            job.reason = f"budget '{job.held_budget}' has a new window or limit"
+            job.held_budget = job.held_window_start = job.held_limit_usd = None
+            job.updated_at = now
+            s.add(job)
+            emit(s, now, "released", job.reason, job_id=job.id)
+
+    # -- placement ---------------------------------------------------------------------------
+    def _context(
+        self,
+        s: Session,
+        job: Job,
+        spec: JobSpec,
+        facts: PassFacts,
+        now: datetime,
+        with_budget: bool = True,
+    ) -> PlacementContext:
+        cfg = self._config()
+        recent = now - cfg.daemon.avoid_after_interrupt
+        avoid = {
+            pool
+            for pool, ended in s.exec(
+                select(Attempt.pool, Attempt.ended_at).where(
+                    Attempt.job_id == job.id, Attempt.end_reason == AttemptEnd.INTERRUPTED
+                )
+            ).all()
+            if ended is not None and ended > recent
+        }
+        affordable, budget_name = None, ""
+        if with_budget:
+            affordable, budget_name = budgets.max_affordable_price(
+                facts.statuses, job.name, job.team, facts.hold_hours
             )
-            self._record_instance(s, job, a, inst, now)
-            return
-        if now - a.created_at > self.config.daemon.launch_timeout:
-            self._end_launch(s, job, a, "launch did not complete in time", now)
-            return
-        s.commit()
-        self._launch(a.id)
+        remaining = spec.gpu_hours
+        if remaining and job.total_steps and job.progress_step:
+            remaining = spec.gpu_hours * max(0.0, 1 - job.progress_step / job.total_steps)  # type: ignore[operator]
+        return PlacementContext(
+            now=now,
+            unavailable=facts.unavailable,
+            avoid_pools=frozenset(avoid),
+            max_affordable_price=affordable,
+            budget_name=budget_name,
+            remaining_gpu_hours=remaining or None,
+            interruption_rate=facts.rates,
+            rate_by_row=facts.rate_by_row,
+            restart_overhead_hours=hours(cfg.policy.restart_overhead),
+            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+        )
 
-    def _end_launch(self, s: Session, job: Job, a: Attempt, why: str, now: datetime) -> None:
-        a.state, a.end_reason, a.ended_at = AttemptState.ENDED, AttemptEnd.LAUNCH_FAILED, now
-        job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-        job.reason = why
-        job.updated_at = now
-        s.add(a)
-        s.add(job)
-        emit(s, now, "launch_failed", why, job_id=job.id, attempt_id=a.id, level="warning")
+    def _place(self, job: Job, facts: PassFacts, now: datetime) -> str | None:
+        spec = JobSpec.model_validate_json(job.spec_json)
+        req = Requirements.from_spec(spec)
+        with self.db.read() as s:
+            ctx = self._context(s, job, spec, facts, now)
+        if job.deadline is not None and spec.gpu_hours:
+            advice = self._planner().advise(
+                _deadline_job(job, spec), req, self.catalog.catalog, ctx
+            )
+            if advice.context is None:
+                self._explain(job.id, advice.reason, now)
+                return None
+            ctx = advice.context
+        decision = place(req, self.catalog.catalog, ctx)
+        if decision.offering is None:
+            self._explain(job.id, decision.reason, now)
+            return None
+        o = decision.offering
+        with self.db.write() as s:
+            fresh = s.get(Job, job.id)
+            if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
+                return None
+            if s.exec(
+                select(Attempt.id).where(Attempt.job_id == job.id, Attempt.state.in_(LIVE))
+            ).first():  # type: ignore[attr-defined]
+                return None
+            number = fresh.attempts + 1
+            attempt_id = f"{fresh.id}-a{number}"
+            s.add(
+                Attempt(
+                    id=attempt_id,
+                    job_id=fresh.id,
+                    number=number,
+                    token=f"{self._config().daemon.owner}-{attempt_id}",
+                    provider=self.catalog.provider_of_pool.get(o.pool, o.cloud),
+                    cloud=o.cloud,
+                    region=o.region,
+                    zone=o.zone,
+                    instance_type=o.instance_type,
+                    market=o.market.value,
+                    pool=o.pool,
+                    price_per_hour=o.price_per_hour,
+                    billed_price=o.price_per_hour,
+                    gpu_count=o.gpu_count,
+                    created_at=now,
+                )
+            )
+            fresh.attempts = number
+            fresh.state = JobState.LAUNCHING
+            fresh.reason = f"launching on {o.pool} at ${o.price_per_hour:.2f}/h"
+            fresh.updated_at = now
+            s.add(fresh)
+            emit(s, now, "launching", fresh.reason, job_id=fresh.id, attempt_id=attempt_id)
+        # The next job in this pass sees the smaller headroom (the launch reserves its burn).
+        facts.statuses = [
+            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour)
+            if st.rule.applies_to(job.name, job.team)
+            else st
+            for st in facts.statuses
+        ]
+        return attempt_id
 
-    def _mark_unavailable(self, s: Session, pool: str, why: str, now: datetime) -> None:
-        ps = s.get(PoolState, pool) or PoolState(pool=pool)
-        ps.unavailable_until = now + self.config.daemon.unavailable_ttl
-        ps.unavailable_reason = why
-        s.add(ps)
-        emit(s, now, "pool_unavailable", f"{pool} until {ps.unavailable_until:%H:%M:%S}Z: {why}")
+    def _explain(self, job_id: str, reason: str, now: datetime) -> None:
+        """Record why a job waits (once per distinct reason, not every pass)."""
+        with self.db.write() as s:
+            job = s.get(Job, job_id)
+            if job is not None and job.reason != reason:
+                job.reason, job.updated_at = reason, now
+                s.add(job)
+                emit(s, now, "waiting", reason, job_id=job_id)
+
+    def _step_failed(self, job_id: str, e: Exception) -> None:
+        now = self.clock.now()
+        cfg = self._config().daemon
+        msg = safe_message(e)
+        with self.db.write() as s:
+            job = s.get(Job, job_id)
+            if job is None or job.state.terminal:
+                return
+            job.step_failures += 1
+            delay = backoff_seconds(
+                job.step_failures, cfg.backoff_base.total_seconds(), cfg.backoff_max.total_seconds()
+            )
+            job.not_before = now + timedelta(seconds=delay)
+            if job.step_failures >= cfg.quarantine_after:
+                job.state = JobState.FAILED
+                job.reason = f"quarantined after {job.step_failures} failed steps: {msg}"
+                emit(s, now, "quarantined", job.reason, job_id=job_id, level="error")
+            elif msg != job.last_error:
+                emit(s, now, "step_failed", msg, job_id=job_id, level="error")
+            job.last_error = msg
+            s.add(job)
 
 
 def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:

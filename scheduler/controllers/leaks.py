@@ -1,59 +1,113 @@
-"""Leak collection: our tagged instances with no live attempt are terminated after a grace."""
+"""Leak collection: tagged resources with no live attempt are terminated after a grace.
+
+When a resource was first seen without an owner is kept in the database (LeakSeen), so a
+restart neither resets the grace (leaks live longer) nor, worse, forgets that a resource was
+already waiting.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlmodel import select
 
-from providers.base import TAG_ATTEMPT, TAG_JOB, InstanceState
+from providers.base import TAG_ATTEMPT, TAG_JOB, ResourceKind, TaggedResource
 from scheduler.audit import emit
-from scheduler.controllers.base import LIVE, ControllerBase, safe_message
-from scheduler.models import Attempt
+from scheduler.clock import Clock
+from scheduler.config import Config
+from scheduler.controllers.base import LIVE, Clouds, Db, safe_message
+from scheduler.models import Attempt, LeakSeen
 
 
-class LeakController(ControllerBase):
-    def _collect_leaks(self) -> None:
-        """Terminate instances carrying our owner tag that match no live attempt (after a grace)."""
+class LeakController:
+    def __init__(
+        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], config: Callable[[], Config]
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds
+        self._config = config
+
+    def collect(self) -> None:
+        clouds = self._clouds()
+        cfg = self._config()
+        owner = cfg.daemon.owner
+        listed = clouds.gather({n: (n, lambda p: p.list_tagged(owner)) for n in clouds})
         now = self.clock.now()
-        with self._session() as s:
+        with self.db.read() as s:
             live = {
-                a.id: a.instance_id
-                for a in s.exec(select(Attempt).where(Attempt.state.in_(LIVE))).all()
+                a.id: (a.instance_id, a.provider)
+                for a in s.exec(select(Attempt).where(Attempt.state.in_(LIVE))).all()  # type: ignore[attr-defined]
             }
-            for name, provider in self.providers.items():
-                try:
-                    tagged = provider.list_tagged(self.owner)
-                except Exception as e:
-                    emit(s, now, "list_failed", f"{name}: {safe_message(e)}", level="warning")
+            seen = {r.resource_id: r for r in s.exec(select(LeakSeen)).all()}
+        orphans: dict[str, tuple[str, TaggedResource]] = {}
+        for name, r in listed.items():
+            if r.error is not None:
+                with self.db.write() as s:
+                    emit(s, now, "list_failed", f"{name}: {safe_message(r.error)}", level="warning")
+                continue
+            caps = clouds.providers[name].capabilities
+            live_labels = {caps.label(k): v for k, v in live.items()}
+            for res in r.value or []:
+                if not res.live:
                     continue
-                for inst in tagged:
-                    if inst.state is InstanceState.ENDED:
-                        continue
-                    attempt_id = inst.tags.get(TAG_ATTEMPT, "")
-                    if attempt_id in live and live[attempt_id] in (None, inst.id):
-                        self._orphans_seen.pop(inst.id, None)
-                        continue
-                    first = self._orphans_seen.setdefault(inst.id, now)
-                    if now - first < self.config.daemon.leak_grace:
-                        continue
-                    try:
-                        provider.terminate([inst.id])
-                    except Exception as e:
-                        emit(
-                            s,
-                            now,
-                            "terminate_failed",
-                            f"{inst.id}: {safe_message(e)}",
-                            level="warning",
+                owned = live_labels.get(res.tags.get(TAG_ATTEMPT, ""))
+                if (
+                    owned is not None
+                    and owned[1] == name
+                    and (
+                        res.ref.kind is not ResourceKind.INSTANCE or owned[0] in (None, res.ref.id)
+                    )
+                ):
+                    continue
+                orphans[res.ref.id] = (name, res)
+        due: dict[str, tuple[str, TaggedResource]] = {}
+        with self.db.write() as s:
+            for rid, row in seen.items():
+                if rid not in orphans:
+                    s.delete(row)  # adopted, ended or gone: forget it
+            for rid, (name, res) in orphans.items():
+                row = seen.get(rid)
+                if row is None:
+                    s.add(
+                        LeakSeen(
+                            resource_id=rid,
+                            provider=name,
+                            kind=res.ref.kind.value,
+                            first_seen_at=now,
                         )
-                        continue
-                    self._orphans_seen.pop(inst.id, None)
+                    )
+                elif now - row.first_seen_at >= cfg.daemon.leak_grace:
+                    due[rid] = (name, res)
+        if not due:
+            return
+        results = clouds.gather(
+            {
+                rid: (name, lambda p, ref=res.ref: p.terminate([ref]))
+                for rid, (name, res) in due.items()
+            }
+        )
+        with self.db.write() as s:
+            for rid, r in results.items():
+                name, res = due[rid]
+                if r.error is not None:
                     emit(
                         s,
                         now,
-                        "leak_terminated",
-                        f"{inst.id} ({inst.pool}) carried our tags but no live attempt "
-                        f"({attempt_id or 'untagged'})",
-                        job_id=inst.tags.get(TAG_JOB),
+                        "terminate_failed",
+                        f"{rid}: {safe_message(r.error)}",
                         level="warning",
                     )
-            s.commit()
+                    continue
+                row = s.get(LeakSeen, rid)
+                if row is not None:
+                    s.delete(row)
+                emit(
+                    s,
+                    now,
+                    "leak_terminated",
+                    f"{res.ref.kind.value} {rid} carried our tags but no live attempt "
+                    f"({res.tags.get(TAG_ATTEMPT) or 'untagged'})",
+                    job_id=res.tags.get(TAG_JOB),
+                    level="warning",
+                )

@@ -1,56 +1,69 @@
-"""Polls every provider for offerings and keeps the catalog and price history."""
+"""Polls every provider for offerings (concurrently) and keeps the catalog and price history."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
 from providers.base import Offering
 from scheduler.audit import emit
 from scheduler.catalog import Catalog
-from scheduler.controllers.base import CatalogHolder, ControllerBase, safe_message
+from scheduler.clock import Clock
+from scheduler.controllers.base import CatalogHolder, Clouds, Db, safe_message
 from scheduler.models import PriceSample
 
 
-class PriceController(ControllerBase):
-    def poll_prices(self) -> None:
-        """Refresh offerings from every provider; a failing provider keeps its last offerings."""
+class PriceController:
+    def __init__(
+        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], catalog: CatalogHolder
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds  # re-read each pass: a reload may change the providers
+        self.holder = catalog
+
+    def poll(self) -> None:
+        """Refresh offerings; a failing provider keeps its last offerings and says so."""
+        clouds = self._clouds()
         now = self.clock.now()
-        old = self.catalogs
+        snap = self.holder.current
+        old, old_provider = snap.catalog, snap.provider_of_pool
+        results = clouds.gather({name: (name, lambda p: p.offerings()) for name in clouds})
+        events = clouds.gather({name: (name, lambda p: p.drain_events()) for name in clouds})
         by_provider: dict[str, list[Offering]] = {}
-        for name, provider in self.providers.items():
-            try:
-                by_provider[name] = provider.offerings()
-            except Exception as e:  # a provider bug must not take the daemon down
-                keep = [
-                    o for i, o in enumerate(old.catalog) if old.provider_of_pool.get(o.pool) == name
-                ]
-                by_provider[name] = keep
-                with self._session() as s:
-                    emit(s, now, "prices_failed", f"{name}: {safe_message(e)}", level="warning")
-                    s.commit()
-            drain = getattr(provider, "drain_events", None)
-            if callable(drain):
-                messages = drain()
-                if messages:
-                    with self._session() as s:
-                        for m in messages:
-                            emit(s, now, "provider", f"{name}: {m}", level="warning")
-                        s.commit()
+        with self.db.write() as s:
+            for name, r in results.items():
+                if r.ok and r.value is not None:
+                    by_provider[name] = r.value
+                else:
+                    assert r.error is not None
+                    keep = [o for o in old if old_provider.get(o.pool) == name]
+                    by_provider[name] = keep
+                    emit(
+                        s,
+                        now,
+                        "prices_failed",
+                        f"{name}: {safe_message(r.error)}; keeping {len(keep)} offerings",
+                        level="warning",
+                    )
+            for name, ev in events.items():
+                for e in ev.value or []:
+                    emit(s, now, "provider", f"{name}: {e.message}", level=e.level)
         offerings: list[Offering] = []
         provider_of: dict[str, str] = {}
         for name, offs in by_provider.items():
             for o in offs:
                 if provider_of.setdefault(o.pool, name) == name:
                     offerings.append(o)
-        self._record_price_changes(old.catalog, offerings, now)
-        self.catalogs = CatalogHolder(Catalog(offerings), provider_of)
+        self._record_price_changes(old, offerings, now)
+        self.holder.set(Catalog(offerings), provider_of)
 
     def _record_price_changes(self, old: Catalog, new: list[Offering], now: datetime) -> None:
         before = {o.pool: o.price_per_hour for o in old}
         changed = [o for o in new if before.get(o.pool) != o.price_per_hour]
         if not changed:
             return
-        with self._session() as s:
+        with self.db.write() as s:
             for o in changed:
                 s.add(
                     PriceSample(
@@ -64,4 +77,3 @@ class PriceController(ControllerBase):
                         pool=o.pool,
                     )
                 )
-            s.commit()

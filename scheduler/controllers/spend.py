@@ -1,81 +1,208 @@
-"""Accrues spend per attempt from the price paid and enforces budgets."""
+"""Accrues spend at the price actually paid and enforces hard budgets, never waiting on a cloud.
+
+Each accrual charges every running attempt for the time since it was last accrued, at the
+price of that interval (its pool's price as last polled), into per-hour SpendBuckets; a
+budget's spend is one aggregate over its window's buckets. Enforcement only writes stop
+requests; the StopController makes the cloud calls, so a slow terminate never delays the
+decision that keeps a hard budget.
+"""
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlmodel import Session, select
+import sqlalchemy as sa
+from sqlmodel import Session, func, select
 
 from scheduler import budget as budgets
 from scheduler.audit import emit
-from scheduler.controllers.base import LIVE, ControllerBase
-from scheduler.models import Attempt, AttemptState, BudgetSpend, Job, JobState
+from scheduler.clock import Clock
+from scheduler.config import Config
+from scheduler.controllers.base import LIVE, CatalogHolder, Db, hours
+from scheduler.models import Attempt, AttemptState, BudgetSpend, Job, JobState, SpendBucket
 
 
-class SpendController(ControllerBase):
-    def _spends(self, s: Session) -> list[budgets.Spend]:
-        rows = s.exec(select(Attempt, Job).where(Attempt.job_id == Job.id)).all()
-        # Launching attempts (intent written, not billed yet) reserve their burn; attempts that
-        # ended without ever starting cost nothing.
-        return [
-            budgets.Spend(j.name, j.team, a.price_per_hour, a.started_at, a.ended_at)
-            for a, j in rows
-            if a.started_at is not None or a.state is not AttemptState.ENDED
-        ]
+@dataclass(frozen=True, slots=True)
+class Increment:
+    hour: datetime
+    usd: float
 
-    def _budget_statuses(self) -> list[budgets.BudgetStatus]:
-        now = self.clock.now()
-        with self._session() as s:
-            spends = self._spends(s)
-        return [budgets.status(rule, spends, now) for rule in self.config.budget_rules()]
 
+def split_by_hour(start: datetime, end: datetime, price: float) -> list[Increment]:
+    """price x (end - start), cut at UTC hour boundaries (negative when end < start: a refund
+    for time accrued past an end we learned of late)."""
+    sign = 1.0
+    if end < start:
+        start, end, sign = end, start, -1.0
+    out: list[Increment] = []
+    t = start
+    while t < end:
+        hour = t.replace(minute=0, second=0, microsecond=0)
+        nxt = min(end, hour + timedelta(hours=1))
+        out.append(Increment(hour, sign * price * hours(nxt - t)))
+        t = nxt
+    return out
+
+
+class SpendController:
+    def __init__(
+        self, db: Db, clock: Clock, catalog: CatalogHolder, config: Callable[[], Config]
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.catalog = catalog
+        self._config = config
+
+    def hold_hours(self) -> float:
+        """Least time a launched attempt is surely paid for: one accrual plus the stop grace."""
+        d = self._config().daemon
+        return hours(d.accrue_interval + d.stop_grace)
+
+    # -- accrual -----------------------------------------------------------------------------
     def accrue(self) -> None:
-        """Accrue spend on running attempts, publish budget state and enforce hard budgets."""
-        with self._lock:
-            now = self.clock.now()
-            with self._session() as s:
-                running = s.exec(
-                    select(Attempt).where(Attempt.state.in_(LIVE), Attempt.started_at.is_not(None))
-                ).all()
-                touched: set[str] = set()
-                for a in running:
-                    a.cost_usd = self._attempt_cost(a, now)
-                    s.add(a)
-                    touched.add(a.job_id)
-                for job_id in touched:
-                    job = s.get(Job, job_id)
-                    if job is not None:
-                        job.cost_usd = self._job_cost(s, job_id, now)
-                        s.add(job)
-                s.commit()
-                spends = self._spends(s)
-                hold = self._hold_hours()
-                for rule in self.config.budget_rules():
-                    st = budgets.status(rule, spends, now)
-                    before, after = self._publish_budget(s, st, now)
-                    if budgets.must_stop(st, hold):
-                        self._stop_for_budget(s, st, now)
-                    elif budgets.soft_exceeded(st) and before != after:
-                        msg = (
-                            f"soft budget '{rule.name}' spent ${st.spent:.2f} "
-                            f"of ${rule.limit_usd:.2f}"
-                        )
-                        emit(s, now, "budget_warning", msg, level="warning")
-                s.commit()
+        """Charge attempts up to now (or their end), publish budgets, enforce hard ones."""
+        now = self.clock.now()
+        with self.db.write() as s:
+            self._accrue(s, now)
+        with self.db.write() as s:
+            self.enforce(s, now)
 
-    def _publish_budget(
-        self, s: Session, st: budgets.BudgetStatus, now: datetime
-    ) -> tuple[str, str]:
-        """Materialise the budget's spend for the CLI; returns its state before and after."""
+    def _accrue(self, s: Session, now: datetime) -> None:
+        rows = s.exec(
+            select(Attempt, Job.name, Job.team)
+            .where(Attempt.job_id == Job.id, Attempt.started_at.is_not(None))  # type: ignore[union-attr]
+            .where(
+                Attempt.state.in_(LIVE)  # type: ignore[attr-defined]
+                | (Attempt.accrued_until.is_(None))  # type: ignore[union-attr]
+                | (Attempt.accrued_until != Attempt.ended_at)
+            )
+        ).all()
+        prices = self.catalog.catalog
+        job_delta: dict[str, float] = {}
+        for a, job_name, team in rows:
+            assert a.started_at is not None
+            start = a.accrued_until or a.started_at
+            end = a.ended_at if a.state is AttemptState.ENDED and a.ended_at else now
+            if end == start:
+                continue
+            offer = prices.offering_for_pool(a.pool) if a.state is not AttemptState.ENDED else None
+            price = (
+                offer.price_per_hour if offer is not None else (a.billed_price or a.price_per_hour)
+            )
+            if end < start:
+                price = a.billed_price or a.price_per_hour  # refund at what was charged
+            incs = split_by_hour(start, end, price)
+            for inc in incs:
+                self._add_bucket(s, inc, a, job_name, team)
+            delta = sum(i.usd for i in incs)
+            a.cost_usd = round(a.cost_usd + delta, 9)
+            a.accrued_until = end
+            a.billed_price = price
+            s.add(a)
+            job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
+        for job_id, delta in job_delta.items():
+            s.exec(
+                sa.update(Job).where(Job.id == job_id).values(cost_usd=Job.cost_usd + delta)  # type: ignore[arg-type]
+            )
+
+    @staticmethod
+    def _add_bucket(s: Session, inc: Increment, a: Attempt, job_name: str, team: str) -> None:
+        row = s.exec(
+            select(SpendBucket).where(SpendBucket.hour == inc.hour, SpendBucket.attempt_id == a.id)
+        ).first()
+        if row is None:
+            row = SpendBucket(
+                hour=inc.hour,
+                attempt_id=a.id,
+                job_id=a.job_id,
+                job_name=job_name,
+                team=team,
+                cloud=a.cloud,
+            )
+        row.usd += inc.usd
+        s.add(row)
+
+    # -- budgets -----------------------------------------------------------------------------
+    def statuses(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
+        """Each configured budget's spend in its window and the burn it covers: aggregates."""
+        out = []
+        for rule in self._config().budget_rules():
+            q = select(func.coalesce(func.sum(SpendBucket.usd), 0.0))
+            start = budgets.window_start(rule.window, now)
+            if start is not None:
+                q = q.where(SpendBucket.hour >= start)
+            burn = select(
+                func.coalesce(
+                    func.sum(func.coalesce(Attempt.billed_price, Attempt.price_per_hour)), 0.0
+                )
+            ).where(Attempt.job_id == Job.id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
+            kind, _, value = rule.scope.partition(":")
+            if kind == "team":
+                q = q.where(SpendBucket.team == value)
+                burn = burn.where(Job.team == value)
+            elif kind == "job":
+                q = q.where(SpendBucket.job_name == value)
+                burn = burn.where(Job.name == value)
+            spent = float(s.exec(q).one())
+            # Spend since the last accrual is not in the buckets yet: add it, so a launch
+            # decision between two accruals sees everything paid so far.
+            pending = self._unaccrued(s, rule, now)
+            out.append(
+                budgets.BudgetStatus(rule, max(0.0, spent + pending), float(s.exec(burn).one()))
+            )
+        return out
+
+    @staticmethod
+    def _unaccrued(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
+        q = select(Attempt, Job.name, Job.team).where(
+            Attempt.job_id == Job.id,
+            Attempt.state.in_(LIVE),
+            Attempt.started_at.is_not(None),  # type: ignore[attr-defined,union-attr]
+        )
+        total = 0.0
+        for a, name, team in s.exec(q).all():
+            if not rule.applies_to(name, team):
+                continue
+            start = a.accrued_until or a.started_at
+            assert start is not None
+            ws = budgets.window_start(rule.window, now)
+            if ws is not None:
+                start = max(start, ws)
+            if now > start:
+                total += (a.billed_price or a.price_per_hour) * hours(now - start)
+        return total
+
+    def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
+        """Publish every budget; stop what would cross a hard limit before the next check."""
+        hold = self.hold_hours()
+        statuses = self.statuses(s, now)
+        for st in statuses:
+            before = self._publish(s, st, now)
+            if budgets.must_stop(st, hold):
+                self._stop_for_budget(s, st, now)
+            elif budgets.soft_exceeded(st) and before != "exhausted":
+                rule = st.rule
+                msg = f"soft budget '{rule.name}' spent ${st.spent:.2f} of ${rule.limit_usd:.2f}"
+                emit(s, now, "budget_warning", msg, level="warning")
+        return statuses
+
+    @staticmethod
+    def _publish(s: Session, st: budgets.BudgetStatus, now: datetime) -> str:
         rule = st.rule
-        row = s.get(BudgetSpend, rule.name) or BudgetSpend(name=rule.name)
+        row = s.get(BudgetSpend, rule.name) or BudgetSpend(
+            name=rule.name,
+            scope=rule.scope,
+            window=rule.window.value,
+            limit_usd=rule.limit_usd,
+            hard=rule.hard,
+            updated_at=now,
+        )
         before = row.state
-        if st.exhausted:
-            state = "exhausted"
-        elif st.spent > 0.8 * rule.limit_usd:
-            state = "warning"
-        else:
-            state = "ok"
+        state = (
+            "exhausted" if st.exhausted else "warning" if st.spent > 0.8 * rule.limit_usd else "ok"
+        )
         row.sqlmodel_update(
             {
                 "scope": rule.scope,
@@ -90,28 +217,32 @@ class SpendController(ControllerBase):
             }
         )
         s.add(row)
-        return before, row.state
+        return before
 
-    def _stop_for_budget(self, s: Session, st: budgets.BudgetStatus, now: datetime) -> None:
+    @staticmethod
+    def _stop_for_budget(s: Session, st: budgets.BudgetStatus, now: datetime) -> None:
         rows = s.exec(
             select(Attempt, Job).where(
                 Attempt.job_id == Job.id,
-                Attempt.state.in_((AttemptState.LAUNCHING, AttemptState.RUNNING)),
+                Attempt.state.in_((AttemptState.LAUNCHING, AttemptState.RUNNING)),  # type: ignore[attr-defined]
+                Attempt.stop_requested_at.is_(None),  # type: ignore[union-attr]
             )
         ).all()
+        rule = st.rule
         for a, job in rows:
-            if not st.rule.applies_to(job.name, job.team):
+            if not rule.applies_to(job.name, job.team):
                 continue
             why = (
-                f"hard budget '{st.rule.name}' (${st.rule.limit_usd:.2f}/{st.rule.window.value}) "
+                f"hard budget '{rule.name}' (${rule.limit_usd:.2f}/{rule.window.value}) "
                 f"would be exceeded: ${st.spent:.2f} spent"
             )
-            self._request_stop(s, a, "budget", now)
-            job.state, job.reason, job.updated_at = JobState.HELD, why, now
-            job.held_budget = st.rule.name
-            job.held_window_start = budgets.window_start(st.rule.window, now)
-            job.held_limit_usd = st.rule.limit_usd
-            s.add(job)
+            request_stop(s, a, "budget", now)
+            if not job.state.terminal:
+                job.state, job.reason, job.updated_at = JobState.HELD, why, now
+                job.held_budget = rule.name
+                job.held_window_start = budgets.window_start(rule.window, now)
+                job.held_limit_usd = rule.limit_usd
+                s.add(job)
             emit(
                 s,
                 now,
@@ -121,3 +252,13 @@ class SpendController(ControllerBase):
                 attempt_id=a.id,
                 level="warning",
             )
+
+
+def request_stop(s: Session, a: Attempt, reason: str, now: datetime) -> None:
+    """Record that an attempt must stop; the StopController makes the cloud calls."""
+    if a.stop_requested_at is not None or a.state is AttemptState.ENDED:
+        return
+    a.stop_requested_at, a.stop_reason = now, reason
+    if a.instance_id is not None:
+        a.state = AttemptState.STOPPING
+    s.add(a)

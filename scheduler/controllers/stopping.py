@@ -1,52 +1,119 @@
-"""Stops attempts on request (cancel, budget): terminate idempotently, retry on failure."""
+"""Stops attempts on request (cancel, budget, policy): terminate by reference, re-ask every
+stop_grace, and for a launch in flight terminate whatever the cloud started under its token."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 
-from sqlmodel import Session
+from sqlmodel import select
 
+from providers.base import InstanceState, ResourceRef
 from scheduler.audit import emit
-from scheduler.controllers.base import ControllerBase, safe_message
+from scheduler.clock import Clock
+from scheduler.config import Config
+from scheduler.controllers.base import LIVE, Clouds, Db, safe_message
 from scheduler.models import Attempt, AttemptEnd, AttemptState
 
+_NEVER_STARTED = {
+    "budget": AttemptEnd.BUDGET,
+    "policy": AttemptEnd.MIGRATED,
+    "price": AttemptEnd.MIGRATED,
+}
 
-class StopController(ControllerBase):
-    def _request_stop(self, s: Session, a: Attempt, reason: str, now: datetime) -> None:
-        a.stop_requested_at, a.stop_reason = now, reason
-        if a.instance_id is None:
-            a.state, a.end_reason, a.ended_at = (
-                AttemptState.ENDED,
-                AttemptEnd.BUDGET if reason == "budget" else AttemptEnd.CANCELLED,
-                now,
-            )
+
+class StopController:
+    def __init__(
+        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], config: Callable[[], Config]
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds
+        self._config = config
+
+    def step(self) -> None:
+        now = self.clock.now()
+        grace = self._config().daemon.stop_grace
+        clouds = self._clouds()
+        with self.db.read() as s:
+            stopping = s.exec(
+                select(Attempt).where(
+                    Attempt.state.in_(LIVE),  # type: ignore[attr-defined]
+                    Attempt.stop_requested_at.is_not(None),  # type: ignore[union-attr]
+                )
+            ).all()
+        terminate: dict[str, tuple[str, Callable]] = {}
+        for a in stopping:
+            if a.instance_id is not None:
+                if a.terminate_sent_at is None or now - a.terminate_sent_at >= grace:
+                    ref = ResourceRef(
+                        a.instance_id, a.region, a.zone, a.instance_scope, a.started_at
+                    )
+                    terminate[a.id] = (a.provider, lambda p, ref=ref: p.terminate([ref]))
+                continue
+            if a.launch_requested_at is None:
+                self._end_unlaunched(a.id, now)  # the cloud was never asked: nothing to stop
+                continue
+            # The cloud was asked and we never heard back: stop what it may have started.
+            terminate[a.id] = (a.provider, lambda p, a=a: _terminate_token(p, a.token, a.region))
+        if not terminate:
+            return
+        results = clouds.gather(terminate)
+        with self.db.write() as s:
+            for attempt_id, r in results.items():
+                a = s.get(Attempt, attempt_id)
+                if a is None or a.state is AttemptState.ENDED:
+                    continue
+                if r.error is not None:
+                    emit(
+                        s,
+                        now,
+                        "terminate_failed",
+                        safe_message(r.error),
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                        level="warning",
+                    )
+                    continue
+                first = a.terminate_sent_at is None
+                a.terminate_sent_at = now
+                s.add(a)
+                if a.instance_id is None:
+                    found = r.value or 0
+                    if (
+                        not found
+                        and now - a.launch_requested_at
+                        > clouds.providers[a.provider].capabilities.visibility_delay
+                    ):  # type: ignore[operator]
+                        a.state, a.ended_at = AttemptState.ENDED, now
+                        a.end_reason = _NEVER_STARTED.get(a.stop_reason or "", AttemptEnd.CANCELLED)
+                        a.detail = "stopped before its launch was recorded"
+                if first:
+                    emit(
+                        s,
+                        now,
+                        "stopping",
+                        f"{a.instance_id or a.token}: {a.stop_reason}",
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                    )
+
+    def _end_unlaunched(self, attempt_id: str, now: datetime) -> None:
+        with self.db.write() as s:
+            a = s.get(Attempt, attempt_id)
+            if a is None or a.state is AttemptState.ENDED or a.launch_requested_at is not None:
+                return
+            a.state, a.ended_at = AttemptState.ENDED, now
+            a.end_reason = _NEVER_STARTED.get(a.stop_reason or "", AttemptEnd.CANCELLED)
             s.add(a)
-            return
-        a.state = AttemptState.STOPPING
-        s.add(a)
-        self._terminate(s, a, now)
 
-    def _terminate(self, s: Session, a: Attempt, now: datetime) -> None:
-        provider = self.providers.get(a.provider)
-        if provider is None or a.instance_id is None:
-            return
-        try:
-            provider.terminate([a.instance_id])
-            emit(
-                s,
-                now,
-                "stopping",
-                f"{a.instance_id}: {a.stop_reason}",
-                job_id=a.job_id,
-                attempt_id=a.id,
-            )
-        except Exception as e:
-            emit(
-                s,
-                now,
-                "terminate_failed",
-                safe_message(e),
-                job_id=a.job_id,
-                attempt_id=a.id,
-                level="warning",
-            )
+
+def _terminate_token(provider, token: str, region: str) -> int:  # type: ignore[no-untyped-def]
+    """Terminate every instance launched under `token`; how many there were."""
+    found = [
+        i for i in provider.find_by_token(token, region) if i.state is not InstanceState.NOT_FOUND
+    ]
+    live = [i.ref for i in found if i.live]
+    if live:
+        provider.terminate(live)
+    return len(found)

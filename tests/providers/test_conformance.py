@@ -40,9 +40,13 @@ def _fake_harness(_: Path) -> Harness:
         cloud.fail_later[o.pool] = FakeCloud.capacity_failure(o.pool)
 
     return Harness(
-        cloud, o, inject_capacity=capacity, wait=clock.advance,
-        unknown_ref=ResourceRef("fake-999999", o.region, o.zone), visible_within=30,
-    )  # fmt: skip
+        cloud,
+        o,
+        inject_capacity=capacity,
+        wait=clock.advance,
+        unknown_ref=ResourceRef("fake-999999", o.region, o.zone),
+        visible_within=30,
+    )
 
 
 def _local_harness(tmp_path: Path) -> Harness:

@@ -77,6 +77,7 @@ def make_world(tmp_path):
             ]
         )
         clock = SimClock(NOW)
+        fake.clock = clock
         rec = Reconciler(open_db(daemon["database_url"]), cfg, {"fake": fake}, clock)
         rec.poll_prices()
         return World(rec, fake, clock, tmp_path)

@@ -1,0 +1,316 @@
+"""Calls the clouds for attempts whose intent is written: claim the store, launch, record.
+
+Order per attempt, each step durable before the next: the Attempt row (LAUNCHING, with its
+deterministic token) is already committed; `owner.json` in the checkpoint store names it
+(the fence); `launch_requested_at` is committed; then the cloud is called with the token;
+then the instance id is recorded. A crash anywhere is repaired on the next pass: the attempt
+is adopted by its token, or launched again with the same token (which the cloud treats as
+the same request) while the provider's idempotency window lasts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from providers.base import (
+    TAG_ATTEMPT,
+    TAG_JOB,
+    TAG_NODE,
+    TAG_OWNER,
+    CapacityUnavailable,
+    FatalError,
+    Instance,
+    InstanceState,
+    LaunchRejected,
+    LaunchRequest,
+    Market,
+    Offering,
+    Provider,
+)
+from scheduler.audit import emit
+from scheduler.clock import Clock
+from scheduler.config import Config
+from scheduler.controllers.base import (
+    CatalogHolder,
+    Clouds,
+    Db,
+    Steps,
+    job_running,
+    mark_unavailable,
+    safe_message,
+)
+from scheduler.jobspec import JobSpec
+from scheduler.models import Attempt, AttemptEnd, AttemptState, Job
+from scheduler.store import CheckpointStores, StoreError
+from trainer import contract
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchOutcome:
+    attempt_id: str
+    launched: bool  # an instance id is recorded (or the attempt is being retried as-is)
+    pool_failed: bool = False  # capacity/quota: the job should try another offering now
+
+
+class LaunchController:
+    def __init__(
+        self,
+        db: Db,
+        clock: Clock,
+        clouds: Callable[[], Clouds],
+        stores: CheckpointStores,
+        catalog: CatalogHolder,
+        config: Callable[[], Config],
+        steps: Steps,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds
+        self.stores = stores
+        self.catalog = catalog
+        self._config = config
+        self.step = steps
+
+    def launch(self, attempt_ids: Sequence[str]) -> list[LaunchOutcome]:
+        """Launch these LAUNCHING attempts concurrently (one deadline each)."""
+        clouds = self._clouds()
+        prepared: dict[str, tuple[str, LaunchRequest]] = {}
+        out: list[LaunchOutcome] = []
+        for attempt_id in attempt_ids:
+            ready = self._prepare(attempt_id, clouds)
+            if isinstance(ready, LaunchOutcome):
+                out.append(ready)
+            else:
+                prepared[attempt_id] = ready
+        if not prepared:
+            return out
+        self.step("after_claim")
+        results = clouds.gather(
+            {aid: (name, lambda p, r=req: p.launch(r)) for aid, (name, req) in prepared.items()}
+        )
+        self.step("after_launch")
+        for attempt_id, r in results.items():
+            out.append(self._record(attempt_id, r.value, r.error))
+        self.step("after_record")
+        return out
+
+    def _prepare(
+        self, attempt_id: str, clouds: Clouds
+    ) -> tuple[str, LaunchRequest] | LaunchOutcome:
+        """Build the request, claim the store and write launch_requested_at (no cloud I/O)."""
+        now = self.clock.now()
+        with self.db.read() as s:
+            a = s.get(Attempt, attempt_id)
+            job = s.get(Job, a.job_id) if a else None
+        if a is None or job is None or a.state is not AttemptState.LAUNCHING or a.instance_id:
+            return LaunchOutcome(attempt_id, launched=a is not None and a.instance_id is not None)
+        provider = clouds.get(a.provider)
+        if provider is None:
+            self._fail(
+                attempt_id,
+                AttemptEnd.LAUNCH_FAILED,
+                f"provider {a.provider} is not configured",
+                now,
+            )
+            return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
+        window = provider.capabilities.idempotency_window
+        if (
+            a.launch_requested_at is not None
+            and window is not None
+            and now - a.launch_requested_at > window
+        ):
+            # Relaunching now could start a second instance: the cloud forgot the token.
+            self._fail(
+                attempt_id,
+                AttemptEnd.LOST,
+                "the launch did not complete within the cloud's idempotency window",
+                now,
+            )
+            return LaunchOutcome(attempt_id, launched=False)
+        try:
+            self.stores.claim(job.checkpoint_uri, a.number, a.id, job.id)
+        except StoreError as e:
+            with self.db.write() as s:
+                emit(
+                    s,
+                    now,
+                    "store_unwritable",
+                    f"cannot claim the checkpoint store: {e}",
+                    job_id=job.id,
+                    attempt_id=a.id,
+                    level="warning",
+                )
+            return LaunchOutcome(attempt_id, launched=True)  # retried next pass
+        request = self._request(job, a, provider)
+        with self.db.write() as s:
+            fresh = s.get(Attempt, attempt_id)
+            if (
+                fresh is None
+                or fresh.state is not AttemptState.LAUNCHING
+                or fresh.stop_requested_at
+            ):
+                return LaunchOutcome(attempt_id, launched=False)
+            fresh.launch_requested_at = now
+            s.add(fresh)
+        return a.provider, request
+
+    def _request(self, job: Job, a: Attempt, provider: Provider) -> LaunchRequest:
+        spec = JobSpec.model_validate_json(job.spec_json)
+        o = self.catalog.catalog.offering_for_pool(a.pool) or Offering(
+            a.cloud,
+            a.region,
+            a.zone,
+            a.instance_type,
+            "",
+            a.gpu_count,
+            0,
+            0,
+            0,
+            Market(a.market),
+            a.price_per_hour,
+            a.created_at,
+        )
+        env = dict(spec.env)
+        env.update(
+            {
+                contract.ENV_JOB_ID: job.id,
+                contract.ENV_ATTEMPT: str(a.number),
+                contract.ENV_CHECKPOINT_URI: job.checkpoint_uri,
+                contract.ENV_CLOUD: a.cloud,
+            }
+        )
+        caps = provider.capabilities
+        tags = {
+            TAG_JOB: caps.label(job.id),
+            TAG_ATTEMPT: caps.label(a.id),
+            TAG_OWNER: caps.label(self._config().daemon.owner),
+            TAG_NODE: "0",
+        }
+        return LaunchRequest(token=a.token, offering=o, command=spec.command, env=env, tags=tags)
+
+    def _record(
+        self, attempt_id: str, instances: list[Instance] | None, error: Exception | None
+    ) -> LaunchOutcome:
+        now = self.clock.now()
+        cfg = self._config().daemon
+        if error is None and instances:
+            inst = instances[0]
+            with self.db.write() as s:
+                a = s.get(Attempt, attempt_id)
+                if a is None or a.state is AttemptState.ENDED:
+                    return LaunchOutcome(attempt_id, launched=False)
+                a.instance_id = inst.id
+                a.instance_scope = inst.scope
+                a.region = inst.region or a.region
+                if inst.state is InstanceState.RUNNING and a.started_at is None:
+                    a.state = AttemptState.RUNNING
+                    a.started_at = min(inst.launched_at or now, now)
+                    a.accrued_until = a.started_at
+                s.add(a)
+                if a.state is AttemptState.RUNNING and a.stop_requested_at is None:
+                    job_running(s, a.job_id, a.pool, a.price_per_hour, now)
+                emit(
+                    s,
+                    now,
+                    "launched",
+                    f"{inst.id} on {a.pool} ({a.market})",
+                    job_id=a.job_id,
+                    attempt_id=a.id,
+                )
+            return LaunchOutcome(attempt_id, launched=True)
+        if error is None:
+            error = FatalError("the provider returned no instance")
+        why = safe_message(error)
+        if isinstance(error, CapacityUnavailable):
+            with self.db.write() as s:
+                a = s.get(Attempt, attempt_id)
+                if a is not None:
+                    mark_unavailable(s, error.pool or a.pool, why, now, cfg.unavailable_ttl)
+            self._fail(attempt_id, AttemptEnd.LAUNCH_FAILED, f"no capacity: {why}", now)
+            return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
+        if isinstance(error, LaunchRejected):
+            self._fail(attempt_id, AttemptEnd.REJECTED, why, now)
+            return LaunchOutcome(attempt_id, launched=False)
+        if isinstance(error, FatalError):
+            with self.db.write() as s:
+                a = s.get(Attempt, attempt_id)
+                if a is not None:
+                    mark_unavailable(s, a.pool, why, now, cfg.unavailable_ttl)
+            self._fail(attempt_id, AttemptEnd.LAUNCH_FAILED, f"launch failed: {why}", now, "error")
+            return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
+        # Throttled, transient, timeout, or an adapter bug: the same token next pass.
+        with self.db.write() as s:
+            a = s.get(Attempt, attempt_id)
+            if a is not None:
+                msg = f"{why}; will retry with the same token"
+                if a.detail != msg:
+                    a.detail = msg
+                    s.add(a)
+                    emit(
+                        s,
+                        now,
+                        "launch_retry",
+                        msg,
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                        level="warning",
+                    )
+        return LaunchOutcome(attempt_id, launched=True)
+
+    def _fail(
+        self, attempt_id: str, end: AttemptEnd, why: str, now: datetime, level: str = "warning"
+    ) -> None:
+        with self.db.write() as s:
+            a = s.get(Attempt, attempt_id)
+            if a is None or a.state is AttemptState.ENDED:
+                return
+            a.state, a.end_reason, a.ended_at, a.detail = AttemptState.ENDED, end, now, why[:500]
+            s.add(a)
+            emit(s, now, f"attempt_{end.value}", why, job_id=a.job_id, attempt_id=a.id, level=level)
+
+    def adopt(self, attempt_ids: Sequence[str]) -> list[str]:
+        """Attempts whose launch was asked for but never recorded (a crash, a timeout): find
+        their instances by token. Returns the ids still without an instance (to relaunch)."""
+        clouds = self._clouds()
+        with self.db.read() as s:
+            rows = [s.get(Attempt, i) for i in attempt_ids]
+        calls = {
+            a.id: (a.provider, lambda p, a=a: p.find_by_token(a.token, a.region))
+            for a in rows
+            if a is not None and clouds.get(a.provider) is not None
+        }
+        results = clouds.gather(calls)
+        now = self.clock.now()
+        left: list[str] = []
+        for a in rows:
+            if a is None:
+                continue
+            r = results.get(a.id)
+            if r is None or r.error is not None:
+                continue  # cannot tell: neither adopt nor relaunch this pass
+            found = [i for i in (r.value or []) if i.state is not InstanceState.NOT_FOUND]
+            if found:
+                with self.db.write() as s:
+                    emit(
+                        s,
+                        now,
+                        "adopted",
+                        f"found {found[0].id} by token {a.token}",
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                    )
+                self._record(a.id, found, None)
+                continue
+            delay = clouds.providers[a.provider].capabilities.visibility_delay
+            since = a.launch_requested_at or a.created_at
+            if now - since < delay:
+                continue  # the launch may not be visible yet; never launch twice
+            if now - a.created_at > self._config().daemon.launch_timeout:
+                self._fail(
+                    a.id, AttemptEnd.LAUNCH_FAILED, "the launch did not complete in time", now
+                )
+                continue
+            left.append(a.id)
+        return left

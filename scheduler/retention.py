@@ -1,0 +1,41 @@
+"""Retention: history the daemon no longer needs is pruned, so a long-lived state directory
+stays small and a pass never slows with age. Jobs, attempts and spend are kept (money)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+from providers.base import Provider
+from scheduler.config import DaemonSettings
+from scheduler.models import Event, PriceSample
+
+log = logging.getLogger("spotwise.retention")
+
+
+def prune(
+    engine: Engine, now: datetime, settings: DaemonSettings, providers: Mapping[str, Provider]
+) -> dict[str, int]:
+    """Delete events and price samples past their retention; prune ended local instances."""
+    out: dict[str, int] = {}
+    with engine.begin() as c:
+        out["events"] = c.execute(
+            sa.delete(Event).where(Event.at < now - settings.event_retention)  # type: ignore[arg-type]
+        ).rowcount
+        out["prices"] = c.execute(
+            sa.delete(PriceSample).where(PriceSample.observed_at < now - settings.price_retention)  # type: ignore[arg-type]
+        ).rowcount
+    for name, provider in providers.items():
+        prune_instances = getattr(provider, "prune", None)
+        if callable(prune_instances):
+            try:
+                out[f"{name}_instances"] = int(prune_instances(settings.instance_retention))
+            except Exception as e:  # retention must never take the daemon down
+                log.warning("pruning %s instances failed: %s", name, e)
+    if any(out.values()):
+        log.info("retention: pruned %s", ", ".join(f"{v} {k}" for k, v in out.items() if v))
+    return out

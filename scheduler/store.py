@@ -1,0 +1,115 @@
+"""The scheduler's side of the checkpoint store: progress, completion, exit records, owner.
+
+The trainer never imports the scheduler; the file layout in `trainer.contract` is the whole
+interface. A read that fails (AccessDenied, expired credentials, a timeout) is never taken
+for "absent": it raises StoreError, and the caller leaves the job as it is and says so.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from trainer import contract
+
+
+class StoreError(Exception):
+    """The store could not be read or written; the message is safe to show."""
+
+
+class CheckpointStores:
+    """Reads and writes small contract files under any job's checkpoint URI."""
+
+    def __init__(self, connect_timeout: float = 5.0, read_timeout: float = 10.0) -> None:
+        self._timeouts = (connect_timeout, read_timeout)
+        self._s3: Any = None
+        self._lock = threading.Lock()
+
+    def _client(self) -> Any:
+        with self._lock:
+            if self._s3 is None:
+                import os
+
+                import boto3
+                from botocore.config import Config
+
+                self._s3 = boto3.client(
+                    "s3",
+                    endpoint_url=os.environ.get("SPOTWISE_S3_ENDPOINT_URL") or None,
+                    config=Config(
+                        connect_timeout=self._timeouts[0],
+                        read_timeout=self._timeouts[1],
+                        retries={"mode": "standard", "total_max_attempts": 2},
+                    ),
+                )
+            return self._s3
+
+    def read(self, uri: str, name: str) -> str | None:
+        """The file's text, None when it does not exist; StoreError when it cannot be read."""
+        try:
+            loc = contract.parse_uri(uri)
+        except ValueError as e:
+            raise StoreError(str(e)) from None
+        if loc.is_local:
+            try:
+                return loc.file(name).read_text()
+            except FileNotFoundError:
+                return None
+            except (OSError, UnicodeDecodeError) as e:
+                raise StoreError(f"cannot read {loc.file(name)}: {e}") from None
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            obj = self._client().get_object(Bucket=loc.bucket, Key=loc.key(name))
+            return obj["Body"].read().decode("utf-8", errors="replace")
+        except ClientError as e:
+            code = str(e.response.get("Error", {}).get("Code", ""))
+            if code in ("NoSuchKey", "404", "NotFound"):
+                return None
+            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {code or 'error'}") from None
+        except BotoCoreError as e:
+            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {type(e).__name__}") from None
+
+    def write(self, uri: str, name: str, text: str) -> None:
+        try:
+            loc = contract.parse_uri(uri)
+        except ValueError as e:
+            raise StoreError(str(e)) from None
+        if loc.is_local:
+            import os
+            import tempfile
+
+            target = loc.file(name)
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+                with os.fdopen(fd, "w") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
+            except OSError as e:
+                raise StoreError(f"cannot write {target}: {e}") from None
+            return
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._client().put_object(Bucket=loc.bucket, Key=loc.key(name), Body=text.encode())
+        except (BotoCoreError, ClientError) as e:
+            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {type(e).__name__}") from None
+
+    # -- the contract ----------------------------------------------------------------------
+    def progress(self, uri: str) -> dict[str, Any] | None:
+        return contract.parse_json(self.read(uri, contract.PROGRESS))
+
+    def done(self, uri: str) -> bool:
+        return self.read(uri, contract.DONE) is not None
+
+    def exit_code(self, uri: str, attempt: int) -> int | None:
+        doc = contract.parse_json(self.read(uri, contract.exit_name(attempt)))
+        code = doc.get("exit_code") if doc else None
+        return code if isinstance(code, int) and not isinstance(code, bool) else None
+
+    def claim(self, uri: str, attempt: int, attempt_id: str, job_id: str) -> None:
+        """Record `attempt` as the store's owner before it is launched (the fence)."""
+        self.write(uri, contract.OWNER, contract.owner_doc(attempt, attempt_id, job_id))
