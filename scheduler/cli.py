@@ -19,7 +19,7 @@ from rich.table import Table
 from scheduler import views
 from scheduler.adapters import clock_for
 from scheduler.config import load_config
-from scheduler.db import open_db, open_existing
+from scheduler.db import open_existing, redact_url
 from scheduler.errors import UserError
 from scheduler.jobspec import load_jobspec
 
@@ -47,10 +47,41 @@ ConfigOpt = Annotated[
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json")]
 
 
-def _engine(config: Path | None, *, create: bool = False):
+def _engine(config: Path | None):
+    """The daemon's database as the daemon finds it (same config, same state_dir)."""
     cfg = load_config(config)
-    url = cfg.daemon.resolved_database_url()
-    return cfg, (open_db(url) if create else open_existing(url))
+    return cfg, open_existing(cfg.daemon.resolved_database_url())
+
+
+def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
+    """A line to print when no daemon is keeping this database (else None)."""
+    from scheduler.ownership import read_heartbeat
+
+    hb = read_heartbeat(engine)
+    if hb is None:
+        return "no spotwise daemon has run on this database yet: start one (spotwise daemon)"
+    age = hb.age().total_seconds()
+    stale = max(60.0, 6 * cfg.daemon.reconcile_interval.total_seconds() / _speed(cfg))
+    if hb.status == "stopped":
+        return f"the spotwise daemon stopped {_ago(age)} ago: start it (spotwise daemon)"
+    if age > stale:
+        return f"daemon not seen for {_ago(age)} (pid {hb.pid} on {hb.host})"
+    return None
+
+
+def _speed(cfg) -> float:  # type: ignore[no-untyped-def]
+    local = cfg.providers.local
+    if local is None or cfg.providers.aws is not None:
+        return 1.0
+    return float(local.speedup)
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 120:
+        return f"{int(seconds)}s"
+    if seconds < 7200:
+        return f"{int(seconds // 60)}m"
+    return f"{int(seconds // 3600)}h"
 
 
 def _print_json(doc: Any) -> None:
@@ -64,6 +95,10 @@ def _money(x: float | None) -> str:
 @app.command()
 def daemon(config: ConfigOpt = None) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
+    import signal
+
+    # Until the daemon installs its own handlers, a SIGHUP must not end the process.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from scheduler.daemon import Daemon
 
     cfg = load_config(config)
@@ -84,8 +119,11 @@ def submit(
     from scheduler.jobs import submit as submit_job
 
     spec = load_jobspec(job_file)
-    cfg, engine = _engine(config, create=True)
+    cfg, engine = _engine(config)
     job = submit_job(engine, spec, clock_for(cfg).now(), cfg.daemon.resolved_checkpoint_root())
+    warning = _daemon_warning(engine, cfg)
+    if warning:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     if output is Output.json:
         _print_json({"id": job.id, "name": job.name, "state": job.state.value})
     else:
@@ -144,12 +182,18 @@ def status(
     interval: Annotated[float, typer.Option(help="Seconds between refreshes")] = 2.0,
 ) -> None:
     """One row per job: where it runs, what it costs, why it waits."""
-    _, engine = _engine(config)
+    cfg, engine = _engine(config)
+    warning = _daemon_warning(engine, cfg)
     if output is Output.json:
-        _print_json({"jobs": views.job_rows(engine)})
+        _print_json({"jobs": views.job_rows(engine), "daemon_warning": warning})
+        if warning:
+            raise typer.Exit(3)
         return
     if not watch:
         out.print(_status_table(views.job_rows(engine)))
+        if warning:
+            err.print(f"warning: {warning}", markup=False, highlight=False)
+            raise typer.Exit(3)
         return
     with Live(_status_table(views.job_rows(engine)), console=out, refresh_per_second=4) as live:
         try:
@@ -223,6 +267,9 @@ def cancel(
     cfg, engine = _engine(config)
     j = cancel_job(engine, job, clock_for(cfg).now())
     out.print(f"cancel requested for {j.id}")
+    warning = _daemon_warning(engine, cfg)
+    if warning:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
 
 
 @app.command()
@@ -319,14 +366,36 @@ def check_config(
                 "file": str(path) if path else None,
                 "providers": providers,
                 "budgets": [b.name for b in cfg.budgets],
-                "database_url": cfg.daemon.resolved_database_url(),
+                "database_url": redact_url(cfg.daemon.resolved_database_url()),
+                "state_dir": str(cfg.daemon.resolved_state_dir()),
             }
         )
         return
     out.print(
-        f"[green]ok[/] {path or 'built-in defaults'}: providers {', '.join(providers)}; "
-        f"{len(cfg.budgets)} budget(s); database {cfg.daemon.resolved_database_url()}"
+        f"ok {path or 'built-in defaults'}: providers {', '.join(providers)}; "
+        f"{len(cfg.budgets)} budget(s); database {redact_url(cfg.daemon.resolved_database_url())}",
+        markup=False,
+        highlight=False,
     )
+
+
+db_app = typer.Typer(help="The database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(config: ConfigOpt = None) -> None:
+    """Bring the database schema to this version (the daemon also does it on start)."""
+    from scheduler.db import make_engine, upgrade
+
+    cfg = load_config(config)
+    url = cfg.daemon.resolved_database_url()
+    before, after = upgrade(make_engine(url, create_dir=True))
+    where = redact_url(url)
+    if before == after:
+        out.print(f"{where}: schema already at {after}", markup=False, highlight=False)
+    else:
+        out.print(f"{where}: schema {before or 'empty'} -> {after}", markup=False, highlight=False)
 
 
 @app.command()

@@ -38,7 +38,7 @@ from scheduler.reconcile import Reconciler
 log = logging.getLogger("spotwise.daemon")
 
 # Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
-MIN_REAL_SECONDS = {"poll_prices": 5.0, "reconcile": 1.0, "accrue": 1.0, "maintain": 60.0}
+MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
 # Keys a running daemon cannot take on reload (they move its state or identity).
 RESTART_ONLY = (
     ("daemon", "state_dir"),

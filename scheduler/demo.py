@@ -60,6 +60,7 @@ def _config_text(workdir: Path, speedup: float, trace_start_s: float, budget: fl
     # Durations are in market time: at speedup 120, "2m" is one real second.
     return f"""\
 [daemon]
+state_dir = "{workdir}"
 database_url = "sqlite:///{workdir}/spotwise.db"
 checkpoint_root = "{(workdir / "checkpoints").as_uri()}"
 reconcile_interval = "{speedup:g}s"

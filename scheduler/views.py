@@ -7,7 +7,7 @@ from enum import Enum
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from scheduler.config import Config
 from scheduler.jobs import resolve
@@ -74,11 +74,22 @@ def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
 
 
 def job_rows(engine: Engine) -> list[dict[str, Any]]:
+    """Every job with its latest attempt: two queries, whatever the history."""
     with Session(engine) as s:
         jobs = s.exec(select(Job).order_by(col(Job.created_at))).all()
-        latest: dict[str, Attempt] = {}
-        for a in s.exec(select(Attempt).order_by(col(Attempt.number))).all():
-            latest[a.job_id] = a
+        last = (
+            select(Attempt.job_id, func.max(Attempt.number).label("n"))
+            .group_by(Attempt.job_id)
+            .subquery()
+        )
+        latest = {
+            a.job_id: a
+            for a in s.exec(
+                select(Attempt).join(
+                    last, (Attempt.job_id == last.c.job_id) & (Attempt.number == last.c.n)
+                )
+            ).all()
+        }
         return [_job_row(j, latest.get(j.id)) for j in jobs]
 
 

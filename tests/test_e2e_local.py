@@ -33,6 +33,7 @@ def free_port() -> int:
 def config_text(home: Path, port: int) -> str:
     return f"""
 [daemon]
+state_dir = "{home}"
 database_url = "sqlite:///{home}/spotwise.db"
 checkpoint_root = "{(home / "ckpt").as_uri()}"
 reconcile_interval = "0.3s"
@@ -57,13 +58,15 @@ class Spotwise:
         self.config.write_text(config_text(home, self.metrics_port))
         self.daemon: subprocess.Popen | None = None
 
-    def cli(self, *args: str) -> dict:
+    def cli(self, *args: str, ok: bool = True) -> dict:
         r = subprocess.run(
             [sys.executable, "-m", "scheduler", *args, "-c", str(self.config), "-o", "json"],
             capture_output=True,
             text=True,
             timeout=60,
         )
+        if not ok:
+            return {"rc": r.returncode, "stderr": r.stderr}
         assert r.returncode == 0, r.stderr
         return json.loads(r.stdout)
 
@@ -74,6 +77,12 @@ class Spotwise:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        # The CLI never creates the database: wait until the daemon has, and beats.
+        end = time.monotonic() + 60
+        while self.cli("status", ok=False)["rc"] != 0:
+            assert self.daemon.poll() is None, (self.home / "daemon.log").read_text()
+            assert time.monotonic() < end, "the daemon did not come up"
+            time.sleep(0.2)
 
     def stop(self) -> int:
         assert self.daemon is not None

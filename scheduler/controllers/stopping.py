@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlmodel import select
 
-from providers.base import InstanceState, ResourceRef
+from providers.base import Instance, InstanceState, Provider, ResourceRef
 from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
@@ -59,6 +59,10 @@ class StopController:
         if not terminate:
             return
         results = clouds.gather(terminate)
+
+        def delay_of(name: str):  # type: ignore[no-untyped-def]
+            return clouds.providers[name].capabilities.visibility_delay
+
         with self.db.write() as s:
             for attempt_id, r in results.items():
                 a = s.get(Attempt, attempt_id)
@@ -79,12 +83,16 @@ class StopController:
                 a.terminate_sent_at = now
                 s.add(a)
                 if a.instance_id is None:
-                    found = r.value or 0
-                    if (
-                        not found
-                        and now - a.launch_requested_at
-                        > clouds.providers[a.provider].capabilities.visibility_delay
-                    ):  # type: ignore[operator]
+                    found = r.value or []
+                    if found:
+                        # Adopt what the cloud started under the token: it is billed from its
+                        # launch and observed until it has ended.
+                        inst = found[0]
+                        a.instance_id, a.instance_scope = inst.id, inst.scope
+                        a.state = AttemptState.STOPPING
+                        if inst.launched_at is not None and a.started_at is None:
+                            a.started_at = a.accrued_until = min(inst.launched_at, now)
+                    elif now - a.launch_requested_at > delay_of(a.provider):  # type: ignore[operator]
                         a.state, a.ended_at = AttemptState.ENDED, now
                         a.end_reason = _NEVER_STARTED.get(a.stop_reason or "", AttemptEnd.CANCELLED)
                         a.detail = "stopped before its launch was recorded"
@@ -108,12 +116,12 @@ class StopController:
             s.add(a)
 
 
-def _terminate_token(provider, token: str, region: str) -> int:  # type: ignore[no-untyped-def]
-    """Terminate every instance launched under `token`; how many there were."""
+def _terminate_token(provider: Provider, token: str, region: str) -> list[Instance]:
+    """Terminate every instance launched under `token`; returns what was found."""
     found = [
         i for i in provider.find_by_token(token, region) if i.state is not InstanceState.NOT_FOUND
     ]
     live = [i.ref for i in found if i.live]
     if live:
         provider.terminate(live)
-    return len(found)
+    return found
