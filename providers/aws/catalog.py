@@ -7,10 +7,15 @@ descriptions, AWS vs. moto paging) are testable without a server.
 from __future__ import annotations
 
 import fnmatch
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from providers.gpus import canonical
+
+log = logging.getLogger("spotwise.providers.aws")
 
 # Spot rows for Linux come as "Linux/UNIX" and, for VPC launches, "Linux/UNIX (Amazon VPC)"
 # (moto only ever returns the latter). Both are the Linux price; any other OS is ignored.
@@ -19,30 +24,17 @@ LINUX_PRODUCTS = ("Linux/UNIX (Amazon VPC)", "Linux/UNIX")
 # Filter value lists are kept short: EC2 caps values per filter and request sizes.
 CHUNK = 50
 
-# AWS names -> the canonical names jobs ask for (gpus = "A10G:1", "L40S:4", ...).
-_CANONICAL = {
-    "T4G": "T4g",
-    "RTX PRO 4500": "RTXPRO4500",
-    "RTX PRO SERVER 6000": "RTXPRO6000S",
-    "RADEON PRO V520": "V520",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class GpuType:
     instance_type: str
-    gpu_model: str
+    gpu_model: str  # canonical (providers.gpus): "A100", never EC2's spelling
     gpu_count: int
     gpu_memory_gb: float  # per GPU
     vcpus: float
     memory_gb: float
     spot: bool  # SupportedUsageClasses says so
     on_demand: bool
-
-
-def canonical_gpu(name: str) -> str:
-    key = " ".join(name.split()).upper()
-    return _CANONICAL.get(key, key.replace(" ", "-"))
 
 
 def gpu_memory_gb(mib: int) -> float:
@@ -57,7 +49,8 @@ def gpu_memory_gb(mib: int) -> float:
 
 
 def parse_instance_type(info: dict[str, Any], architectures: Sequence[str]) -> GpuType | None:
-    """A GPU type we can launch, or None (no GPU, fractional GPU, wrong CPU architecture)."""
+    """A GPU type we can launch, or None (no GPU, fractional GPU, wrong CPU architecture, or
+    a GPU no job can name: providers.gpus does not know it)."""
     gpu_info = info.get("GpuInfo") or {}
     gpus = gpu_info.get("Gpus") or []
     if not gpus:
@@ -73,11 +66,17 @@ def parse_instance_type(info: dict[str, Any], architectures: Sequence[str]) -> G
     if not mem and gpu_info.get("TotalGpuMemoryInMiB"):
         mem = int(gpu_info["TotalGpuMemoryInMiB"]) // count
     classes = info.get("SupportedUsageClasses") or ["on-demand", "spot"]
+    # EC2 says "A100" for both the 40 and 80 GB parts: the memory tells them apart.
+    named = canonical(str(first.get("Name", "")), gpu_memory_gb(mem) if mem else None)
+    if named is None:
+        log.info("aws: %s has a GPU spotwise cannot name (%r); not offered",
+                 info.get("InstanceType"), first.get("Name"))  # fmt: skip
+        return None
     return GpuType(
         instance_type=info["InstanceType"],
-        gpu_model=canonical_gpu(str(first.get("Name", ""))),
+        gpu_model=named[0],
         gpu_count=count,
-        gpu_memory_gb=gpu_memory_gb(mem),
+        gpu_memory_gb=named[1],
         vcpus=float(info.get("VCpuInfo", {}).get("DefaultVCpus") or 0),
         memory_gb=round(int(info.get("MemoryInfo", {}).get("SizeInMiB") or 0) / 1024, 2),
         spot="spot" in classes,
