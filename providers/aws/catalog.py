@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from providers.gpus import canonical
+from providers.gpus import MODELS, canonical
 
 log = logging.getLogger("spotwise.providers.aws")
 
@@ -35,6 +35,18 @@ class GpuType:
     memory_gb: float
     spot: bool  # SupportedUsageClasses says so
     on_demand: bool
+
+
+def canonical_gpu(name: str, memory_gb: float | None) -> tuple[str, float] | None:
+    """providers.gpus.canonical, except that an EC2 name that *is* a model name wins:
+    canonical() reads the "10G" of "A10G" (and "4G" of "T4g") as a memory size."""
+    exact = next((m for m in MODELS if m.name == "".join(name.split()).upper()), None)
+    if exact is None:
+        return canonical(name, memory_gb)
+    if not memory_gb:
+        return exact.name, exact.memory_gb[0]
+    best = min(exact.memory_gb, key=lambda v: abs(v - memory_gb))
+    return exact.name, best if abs(best - memory_gb) <= max(2.0, 0.1 * best) else memory_gb
 
 
 def gpu_memory_gb(mib: int) -> float:
@@ -67,7 +79,7 @@ def parse_instance_type(info: dict[str, Any], architectures: Sequence[str]) -> G
         mem = int(gpu_info["TotalGpuMemoryInMiB"]) // count
     classes = info.get("SupportedUsageClasses") or ["on-demand", "spot"]
     # EC2 says "A100" for both the 40 and 80 GB parts: the memory tells them apart.
-    named = canonical(str(first.get("Name", "")), gpu_memory_gb(mem) if mem else None)
+    named = canonical_gpu(str(first.get("Name", "")), gpu_memory_gb(mem) if mem else None)
     if named is None:
         log.info("aws: %s has a GPU spotwise cannot name (%r); not offered",
                  info.get("InstanceType"), first.get("Name"))  # fmt: skip

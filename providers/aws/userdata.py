@@ -76,7 +76,7 @@ _DOC = (
 _RECORD_FILE = """  {doc}
   d={dir}
   tmp="$d/.{n}.json.tmp"
-  if ! { mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }; then
+  if ! {{ mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }}; then
     echo "spotwise: could not write the exit record to $d" >>"$logdir/job.log"
   fi"""
 
