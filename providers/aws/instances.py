@@ -46,7 +46,6 @@ LISTED_STATES = ("pending", "running", "shutting-down", "stopping", "stopped")
 # limit, surfacing as QuotaExceeded); this bounds a gang to what one placement group and
 # one all-or-nothing request sensibly hold.
 MAX_GANG = 64
-_TERMINABLE = ("pending", "running", "stopping", "stopped")
 _CLIENT_TOKEN = re.compile(r"^[\x21-\x7e]{1,64}$")
 
 
@@ -311,26 +310,24 @@ class Instances:
                 self._delete_volume(ref)
         if not instances:
             return
-        now = self._api.now()
-        alive = [{"Name": "instance-state-name", "Values": list(_TERMINABLE)}]
         for region, ids in self._by_region(instances).items():
-            # Only ids EC2 still shows and that are not ending already: TerminateInstances
-            # fails whole for one unknown id. Stopped boxes read as ENDED but still cost.
-            found = self._describe(
-                region, [{"Name": "instance-id", "Values": c} for c in chunks(ids)], now, alive
-            )
-            self._terminate_ids(region, [i.id for i in found])
+            self._terminate_ids(region, ids)
 
     def _terminate_ids(self, region: str, ids: list[str]) -> None:
+        """TerminateInstances is idempotent for ended instances but fails whole for one id
+        it does not know; then each id of that chunk is tried alone. No describe first: an
+        id too fresh to be described can usually be terminated already."""
         ec2 = self._api.ec2(region)
         what = f"terminate_instances in {region}"
         for chunk in chunks(ids):
             try:
                 ec2.terminate_instances(InstanceIds=chunk)
             except ClientError as exc:
-                if error_code(exc).startswith("InvalidInstanceID"):
-                    continue  # vanished between describe and terminate
-                raise translate(exc, what=what, secrets=self._api.secrets) from None
+                if not error_code(exc).startswith("InvalidInstanceID"):
+                    raise translate(exc, what=what, secrets=self._api.secrets) from None
+                if len(chunk) > 1:  # gone, malformed, or in another region: not an error
+                    for iid in chunk:
+                        self._terminate_ids(region, [iid])
             except BotoCoreError as exc:
                 raise translate(exc, what=what, secrets=self._api.secrets) from None
 

@@ -186,6 +186,11 @@ def test_terminate_is_idempotent(make_provider, moto):
     p.terminate([])
     (seen,) = p.describe([inst.ref])
     assert seen.state is InstanceState.ENDED and seen.end_reason is EndReason.TERMINATED
+    # One unknown id does not spare the others (EC2 fails the whole call for it).
+    (other,) = p.launch(launch_request(token="other"))
+    p.terminate([ref("i-0123456789abcdef0"), other.ref])
+    (seen,) = p.describe([other.ref])
+    assert seen.end_reason is EndReason.TERMINATED
 
 
 def test_interruption_warning_from_sqs_sets_notice_at(make_provider, moto):
