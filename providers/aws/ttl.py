@@ -40,3 +40,11 @@ NOTICE_KEEP = timedelta(hours=6)
 # of seconds; a dead endpoint should fail within one scheduler tick.
 CONNECT_TIMEOUT = timedelta(seconds=10)
 READ_TIMEOUT = timedelta(seconds=60)
+
+# On the instance (the boot script): IMDS answers locally within milliseconds, so 2 s per
+# call means "no IMDS" (tests, containers without hop limit) rather than a slow one ...
+IMDS_TIMEOUT = timedelta(seconds=2)
+# ... and the exit record is retried for about half a minute before the box powers off
+# anyway: S3 hiccups pass in seconds, and a box kept up to retry longer is billed.
+RECORD_ATTEMPTS = 5
+RECORD_RETRY_DELAY = timedelta(seconds=5)

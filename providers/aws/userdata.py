@@ -17,6 +17,7 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+from providers.aws import ttl
 from providers.base import LaunchRejected
 from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
 
@@ -35,9 +36,9 @@ mkdir -p "$state" "$logdir"
 {exports}
 imds() {{
   local tok
-  tok=$(curl -sf --max-time 2 -X PUT http://169.254.169.254/latest/api/token \\
+  tok=$(curl -sf --max-time {imds_s} -X PUT http://169.254.169.254/latest/api/token \\
         -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' 2>/dev/null) || return 1
-  curl -sf --max-time 2 -H "X-aws-ec2-metadata-token: $tok" \\
+  curl -sf --max-time {imds_s} -H "X-aws-ec2-metadata-token: $tok" \\
         "http://169.254.169.254/latest/meta-data/$1" 2>/dev/null
 }}
 {node}argv=( {argv} )
@@ -82,11 +83,11 @@ _RECORD_FILE = """  {doc}
 
 _RECORD_S3 = """  {doc}
   ok=0
-  for _ in 1 2 3 4 5; do
+  for _ in {attempts}; do
     if printf '%s\\n' "$doc" | aws s3 cp --only-show-errors - {url} >>"$logdir/job.log" 2>&1; then
       ok=1; break
     fi
-    sleep 5
+    sleep {delay_s}
   done
   if [ "$ok" != 1 ]; then
     echo "spotwise: could not write the exit record to" {url} >>"$logdir/job.log"
@@ -117,7 +118,9 @@ def _record(env: Mapping[str, str]) -> tuple[str, bool]:
         exits = loc.file(exit_name(n)).parent
         return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n), True
     url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
-    return _RECORD_S3.format(doc=doc, url=shlex.quote(url)), True
+    attempts = " ".join(str(i) for i in range(1, ttl.RECORD_ATTEMPTS + 1))
+    delay = int(ttl.RECORD_RETRY_DELAY.total_seconds())
+    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=attempts, delay_s=delay), True
 
 
 def build_user_data(
@@ -140,6 +143,7 @@ def build_user_data(
         outcome_ok="" if has_record else "false && ",
         record=record,
         exit_tag=EXIT_CODE_TAG,
+        imds_s=int(ttl.IMDS_TIMEOUT.total_seconds()),
         poweroff="shutdown -h now" if poweroff else "",
     )
     size = len(script.encode())

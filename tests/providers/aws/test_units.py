@@ -321,3 +321,30 @@ def test_readme_config_example_is_valid():
     section = tomllib.loads(block)["providers"]["aws"]
     s = AwsSettings.model_validate(section)
     assert s.regions == ["us-east-1", "us-west-2"] and s.retry_mode == "adaptive"
+
+
+def test_capabilities_state_ec2s_rules():
+    from datetime import timedelta
+
+    from providers.aws import AwsProvider
+
+    caps = AwsProvider.capabilities
+    assert caps.idempotency_window == timedelta(hours=24)  # EC2: "at least 24 hours"
+    assert caps.visibility_delay >= timedelta(minutes=1)
+    assert caps.max_count > 1 and caps.placement_groups and not caps.launch_completes_later
+    assert caps.label("x" * 300) == "x" * 256
+    assert caps.label("Job: a/b=c+d@e ü") == "Job: a/b=c+d@e ü"  # EC2 keeps case and symbols
+    assert caps.label("a\nb") == "a_b"
+
+
+def test_node_index_from_tag_or_launch_index():
+    from providers.aws.views import node_index, to_instance
+
+    assert node_index({"AmiLaunchIndex": 2}, {}) == 2  # the tag could not be written
+    assert node_index({"AmiLaunchIndex": 2}, {"spotwise-node": "2"}) == 2
+    assert node_index({}, {}) == 0
+    raw = {"InstanceId": "i-1", "State": {"Name": "running"}, "AmiLaunchIndex": 1,
+           "Placement": {"AvailabilityZone": "us-east-1-atl-1a"}}  # fmt: skip
+    inst = to_instance(raw, datetime(2026, 1, 1, tzinfo=UTC))
+    assert (inst.node, inst.region, inst.zone) == (1, "us-east-1", "us-east-1-atl-1a")
+    assert inst.pool == "aws/us-east-1-atl-1a//on-demand"
