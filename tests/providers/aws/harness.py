@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 from botocore.awsrequest import AWSResponse
+from moto.server import ThreadedMotoServer  # without moto, the conformance suite skips aws
 
 from providers.aws import AwsProvider, AwsSettings
 from providers.aws.views import CLOUD
@@ -33,8 +34,6 @@ def moto_server_url() -> str:
     global _url
     with _lock:
         if _url is None:
-            from moto.server import ThreadedMotoServer
-
             logging.getLogger("werkzeug").setLevel(logging.ERROR)
             server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
             server.start()

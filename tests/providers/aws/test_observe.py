@@ -82,7 +82,7 @@ def test_unknown_ids_come_back_not_found(make_provider, moto):
     assert p.describe([]) == []
 
 
-def test_not_yet_visible_is_reported_honestly(make_provider, moto, session, clock):
+def test_not_yet_visible_is_reported_honestly(make_provider, moto, session):
     """describe_instances is eventually consistent; a fresh id can be missing for a while.
     The adapter says NOT_FOUND (keeping the ref's launch time); the scheduler owns the grace,
     for as long as capabilities.visibility_delay says."""
