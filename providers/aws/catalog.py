@@ -7,10 +7,15 @@ descriptions, AWS vs. moto paging) are testable without a server.
 from __future__ import annotations
 
 import fnmatch
+import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from providers.gpus import MODELS, canonical
+
+log = logging.getLogger("spotwise.providers.aws")
 
 # Spot rows for Linux come as "Linux/UNIX" and, for VPC launches, "Linux/UNIX (Amazon VPC)"
 # (moto only ever returns the latter). Both are the Linux price; any other OS is ignored.
@@ -19,19 +24,11 @@ LINUX_PRODUCTS = ("Linux/UNIX (Amazon VPC)", "Linux/UNIX")
 # Filter value lists are kept short: EC2 caps values per filter and request sizes.
 CHUNK = 50
 
-# AWS names -> the canonical names jobs ask for (gpus = "A10G:1", "L40S:4", ...).
-_CANONICAL = {
-    "T4G": "T4g",
-    "RTX PRO 4500": "RTXPRO4500",
-    "RTX PRO SERVER 6000": "RTXPRO6000S",
-    "RADEON PRO V520": "V520",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class GpuType:
     instance_type: str
-    gpu_model: str
+    gpu_model: str  # canonical (providers.gpus): "A100", never EC2's spelling
     gpu_count: int
     gpu_memory_gb: float  # per GPU
     vcpus: float
@@ -40,9 +37,16 @@ class GpuType:
     on_demand: bool
 
 
-def canonical_gpu(name: str) -> str:
-    key = " ".join(name.split()).upper()
-    return _CANONICAL.get(key, key.replace(" ", "-"))
+def canonical_gpu(name: str, memory_gb: float | None) -> tuple[str, float] | None:
+    """providers.gpus.canonical, except that an EC2 name that *is* a model name wins:
+    canonical() reads the "10G" of "A10G" (and "4G" of "T4g") as a memory size."""
+    exact = next((m for m in MODELS if m.name == "".join(name.split()).upper()), None)
+    if exact is None:
+        return canonical(name, memory_gb)
+    if not memory_gb:
+        return exact.name, exact.memory_gb[0]
+    best = min(exact.memory_gb, key=lambda v: abs(v - memory_gb))
+    return exact.name, best if abs(best - memory_gb) <= max(2.0, 0.1 * best) else memory_gb
 
 
 def gpu_memory_gb(mib: int) -> float:
@@ -57,7 +61,8 @@ def gpu_memory_gb(mib: int) -> float:
 
 
 def parse_instance_type(info: dict[str, Any], architectures: Sequence[str]) -> GpuType | None:
-    """A GPU type we can launch, or None (no GPU, fractional GPU, wrong CPU architecture)."""
+    """A GPU type we can launch, or None (no GPU, fractional GPU, wrong CPU architecture, or
+    a GPU no job can name: providers.gpus does not know it)."""
     gpu_info = info.get("GpuInfo") or {}
     gpus = gpu_info.get("Gpus") or []
     if not gpus:
@@ -73,11 +78,17 @@ def parse_instance_type(info: dict[str, Any], architectures: Sequence[str]) -> G
     if not mem and gpu_info.get("TotalGpuMemoryInMiB"):
         mem = int(gpu_info["TotalGpuMemoryInMiB"]) // count
     classes = info.get("SupportedUsageClasses") or ["on-demand", "spot"]
+    # EC2 says "A100" for both the 40 and 80 GB parts: the memory tells them apart.
+    named = canonical_gpu(str(first.get("Name", "")), gpu_memory_gb(mem) if mem else None)
+    if named is None:
+        log.info("aws: %s has a GPU spotwise cannot name (%r); not offered",
+                 info.get("InstanceType"), first.get("Name"))  # fmt: skip
+        return None
     return GpuType(
         instance_type=info["InstanceType"],
-        gpu_model=canonical_gpu(str(first.get("Name", ""))),
+        gpu_model=named[0],
         gpu_count=count,
-        gpu_memory_gb=gpu_memory_gb(mem),
+        gpu_memory_gb=named[1],
         vcpus=float(info.get("VCpuInfo", {}).get("DefaultVCpus") or 0),
         memory_gb=round(int(info.get("MemoryInfo", {}).get("SizeInMiB") or 0) / 1024, 2),
         spot="spot" in classes,

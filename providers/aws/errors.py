@@ -27,6 +27,7 @@ from botocore.exceptions import (
 from providers.base import (
     CapacityUnavailable,
     FatalError,
+    LaunchRejected,
     ProviderError,
     QuotaExceeded,
     Throttled,
@@ -52,6 +53,41 @@ QUOTA_CODES = frozenset(
         "VcpuLimitExceeded",
         "InstanceLimitExceeded",
         "MaxSpotFleetRequestCountExceeded",
+    }
+)
+# The request itself is wrong (this job's user data, parameters, placement group): the pool
+# is fine for every other job. Only for calls that carry a job's request (RunInstances);
+# elsewhere these codes are our bug or the operator's config, so fatal.
+REJECTED_CODES = frozenset(
+    {
+        "InvalidParameterValue",
+        "InvalidParameterCombination",
+        "InvalidParameter",
+        "MissingParameter",
+        "InvalidUserData.Malformed",
+        "IdempotentParameterMismatch",  # the token was used with other parameters
+        "InvalidPlacementGroup.Unknown",
+        "InvalidPlacementGroup.InUse",
+        "InvalidTagKey.Malformed",
+    }
+)
+# Account or operator config (credentials, permissions, the configured AMI/subnet/key):
+# every launch would fail the same way; listed so the intent is explicit (the default for
+# unknown 4xx codes is fatal too).
+FATAL_CODES = frozenset(
+    {
+        "AuthFailure",
+        "UnauthorizedOperation",
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "OptInRequired",
+        "Blocked",
+        "InvalidAMIID.NotFound",
+        "InvalidAMIID.Malformed",
+        "InvalidAMIID.Unavailable",
+        "InvalidSubnetID.NotFound",
+        "InvalidGroup.NotFound",
+        "InvalidKeyPair.NotFound",
     }
 )
 THROTTLE_CODES = frozenset(
@@ -113,8 +149,10 @@ def translate(
     what: str,
     pool: str | None = None,
     secrets: Callable[[], Iterable[str]] = tuple,
+    request: bool = False,
 ) -> ProviderError:
-    """Map one botocore exception to the ProviderError the scheduler acts on."""
+    """Map one botocore exception to the ProviderError the scheduler acts on; `request`:
+    the call carried a job's launch request, so a validation error is that job's fault."""
     if isinstance(exc, ProviderError):
         return exc
     code = error_code(exc)
@@ -132,6 +170,10 @@ def translate(
             out = QuotaExceeded(message, pool)
         elif code in CAPACITY_CODES:
             out = CapacityUnavailable(message, pool)
+        elif request and code in REJECTED_CODES:
+            out = LaunchRejected(message)
+        elif code in FATAL_CODES:
+            out = FatalError(message)
         elif code in THROTTLE_CODES or status == 429:
             out = Throttled(message)
         elif code in TRANSIENT_CODES or status >= 500:

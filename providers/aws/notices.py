@@ -12,13 +12,14 @@ import logging
 import re
 import threading
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
+
+from providers.aws.ttl import NOTICE_KEEP
 
 log = logging.getLogger("spotwise.providers.aws")
 
 WARNING = "EC2 Spot Instance Interruption Warning"
-_KEEP = timedelta(hours=6)  # an instance is long gone by then
 _MAX_BATCHES = 10  # per poll: at most 100 messages, so a flooded queue cannot stall a call
 
 
@@ -85,6 +86,6 @@ class InterruptionNotices:
                     ],
                 )
             for iid, at in list(self._seen.items()):
-                if now - at > _KEEP:
+                if now - at > NOTICE_KEEP:
                     del self._seen[iid]
             return dict(self._seen)

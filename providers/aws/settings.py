@@ -7,11 +7,11 @@ task role) supplies them, so a config file can be shared or committed without le
 from __future__ import annotations
 
 import re
-from datetime import timedelta
 from typing import Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from providers.aws import ttl
 from providers.settings import Duration, StrictModel
 
 # The Deep Learning Base AMI (NVIDIA driver, CUDA, Docker) through its public SSM parameter:
@@ -48,10 +48,10 @@ class AwsSettings(StrictModel):
     architectures: list[Literal["x86_64", "arm64"]] = Field(default_factory=lambda: ["x86_64"])
     retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
     max_attempts: int = Field(default=5, ge=1, le=20)  # per API call, the first one included
-    connect_timeout: Duration = timedelta(seconds=10)
-    read_timeout: Duration = timedelta(seconds=60)
-    price_refresh: Duration = timedelta(minutes=5)  # spot prices, zones and the offering cache
-    catalog_refresh: Duration = timedelta(days=1)  # instance types and on-demand list prices
+    connect_timeout: Duration = ttl.CONNECT_TIMEOUT
+    read_timeout: Duration = ttl.READ_TIMEOUT
+    price_refresh: Duration = ttl.PRICE_REFRESH  # spot prices, zones and the offering cache
+    catalog_refresh: Duration = ttl.CATALOG_REFRESH  # instance types and on-demand list prices
     # Optional: an SQS queue fed by an EventBridge rule for "EC2 Spot Instance Interruption
     # Warning" events; read on describe() to fill Instance.notice_at before the instance dies.
     sqs_queue_url: str | None = None

@@ -1,18 +1,25 @@
-"""The boot script that starts a job on the instance.
+"""The boot script that starts a job on the instance and records how it ended.
 
 The command is an argv list and every word and value is shell-quoted, so nothing in a job
-file is ever interpreted by a shell. When the job exits the box powers off; with
-InstanceInitiatedShutdownBehavior=terminate that ends the instance (and the bill), and EC2
-reports it as Client.InstanceInitiatedShutdown, which the adapter reads as EXITED.
+file is ever interpreted by a shell. The exit code goes to the checkpoint store as
+``exits/<N>.json`` (trainer/contract.py), the one record the scheduler reads whatever the
+cloud: through ``python3 -m trainer.outcome`` when the box has it, else written by the
+script itself (``aws s3 cp`` for s3, a plain file for paths). The exit-code tag stays as a
+best-effort extra. Then the box powers off; with InstanceInitiatedShutdownBehavior=terminate
+that ends the instance (and the bill), and EC2 reports Client.InstanceInitiatedShutdown,
+which the adapter reads as EXITED.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 
-from providers.base import FatalError
+from providers.aws import ttl
+from providers.base import LaunchRejected
+from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).
@@ -20,21 +27,39 @@ MAX_USER_DATA = 16 * 1024
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _TEMPLATE = """#!/bin/bash
-# Written by spotwise: runs one job attempt, records its exit code, then powers off.
+# Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
+# tags it (best effort), then powers off.
 set -u
-mkdir -p /var/lib/spotwise /var/log/spotwise
+state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
+logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
+mkdir -p "$state" "$logdir"
 {exports}
-( exec {argv} ) >>/var/log/spotwise/job.log 2>&1
-rc=$?
-echo "$rc" > /var/lib/spotwise/exit_code
+imds() {{
+  local tok
+  tok=$(curl -sf --max-time {imds_s} -X PUT http://169.254.169.254/latest/api/token \\
+        -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' 2>/dev/null) || return 1
+  curl -sf --max-time {imds_s} -H "X-aws-ec2-metadata-token: $tok" \\
+        "http://169.254.169.254/latest/meta-data/$1" 2>/dev/null
+}}
+{node}argv=( {argv} )
+recorded=0
+if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
+  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
+      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
+  rc=$?
+  recorded=1
+else
+  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
+  rc=$?
+fi
+echo "$rc" > "$state/exit_code"
+if [ "$recorded" = 0 ]; then
+{record}
+fi
 # Best effort: publish the exit code as a tag (needs ec2:CreateTags and the AWS CLI).
 if command -v aws >/dev/null 2>&1; then
-  tok=$(curl -sf -X PUT http://169.254.169.254/latest/api/token \\
-        -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' || true)
-  iid=$(curl -sf -H "X-aws-ec2-metadata-token: $tok" \\
-        http://169.254.169.254/latest/meta-data/instance-id || true)
-  region=$(curl -sf -H "X-aws-ec2-metadata-token: $tok" \\
-        http://169.254.169.254/latest/meta-data/placement/region || true)
+  iid=$(imds instance-id || true)
+  region=$(imds placement/region || true)
   if [ -n "$iid" ] && [ -n "$region" ]; then
     aws ec2 create-tags --region "$region" --resources "$iid" \\
         --tags "Key={exit_tag},Value=$rc" || true
@@ -43,26 +68,88 @@ fi
 {poweroff}
 """
 
+# The record, as trainer.contract.exit_doc writes it; rc and the time are filled at run time.
+_DOC = (
+    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '
+    '"$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
+)
+
+_RECORD_FILE = """  {doc}
+  d={dir}
+  tmp="$d/.{n}.json.tmp"
+  if ! {{ mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }}; then
+    echo "spotwise: could not write the exit record to $d" >>"$logdir/job.log"
+  fi"""
+
+_RECORD_S3 = """  {doc}
+  ok=0
+  for _ in {attempts}; do
+    if printf '%s\\n' "$doc" | aws s3 cp --only-show-errors - {url} >>"$logdir/job.log" 2>&1; then
+      ok=1; break
+    fi
+    sleep {delay_s}
+  done
+  if [ "$ok" != 1 ]; then
+    echo "spotwise: could not write the exit record to" {url} >>"$logdir/job.log"
+  fi"""
+
+_NO_RECORD = (
+    '  echo "spotwise: no checkpoint URI or attempt; exit code not recorded" >>"$logdir/job.log"'
+)
+
+# Gangs: every node gets the same user data (one RunInstances), so a node learns its index
+# from EC2's launch index unless the job set one.
+_NODE = 'export SPOTWISE_NODE="${SPOTWISE_NODE:-$(imds ami-launch-index || echo 0)}"\n'
+
+
+def _record(env: Mapping[str, str]) -> tuple[str, bool]:
+    """The script lines writing exits/<N>.json, and whether there is a record to write."""
+    uri, attempt = env.get(ENV_CHECKPOINT_URI, ""), env.get(ENV_ATTEMPT, "")
+    if not uri or not attempt.isdigit():
+        return _NO_RECORD, False
+    try:
+        loc = parse_uri(uri)
+    except ValueError as exc:
+        raise LaunchRejected(f"aws launch: {exc}") from None
+    n = int(attempt)
+    doc = _DOC.format(attempt=n)
+    if loc.is_local:
+        assert loc.path is not None
+        exits = loc.file(exit_name(n)).parent
+        return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n), True
+    url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
+    attempts = " ".join(str(i) for i in range(1, ttl.RECORD_ATTEMPTS + 1))
+    delay = int(ttl.RECORD_RETRY_DELAY.total_seconds())
+    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=attempts, delay_s=delay), True
+
 
 def build_user_data(
-    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True
+    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True, gang: bool = False
 ) -> str:
-    """A bash script running `command` with `env` exported; raises FatalError if invalid."""
+    """A bash script running `command` with `env` exported; raises LaunchRejected when the
+    request cannot be expressed (bad env names, an empty command, over 16 KB)."""
     if not command:
-        raise FatalError("aws launch: the job command is empty")
+        raise LaunchRejected("aws launch: the job command is empty")
     bad = [k for k in env if not _ENV_NAME.match(k)]
     if bad:
-        raise FatalError(f"aws launch: invalid environment variable name(s): {', '.join(bad)}")
-    exports = "\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items())
+        names = ", ".join(json.dumps(k) for k in bad)
+        raise LaunchRejected(f"aws launch: invalid environment variable name(s): {names}")
+    record, has_record = _record(env)
     script = _TEMPLATE.format(
-        exports=exports,
+        exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
+        node=_NODE if gang else "",
         argv=" ".join(shlex.quote(str(a)) for a in command),
+        # Without a record to write, trainer.outcome has nothing to write either.
+        outcome_ok="" if has_record else "false && ",
+        record=record,
         exit_tag=EXIT_CODE_TAG,
+        imds_s=int(ttl.IMDS_TIMEOUT.total_seconds()),
         poweroff="shutdown -h now" if poweroff else "",
     )
-    if len(script.encode()) > MAX_USER_DATA:
-        raise FatalError(
-            f"aws launch: the boot script is {len(script.encode())} bytes, over EC2's 16 KB "
-            "user-data limit; shorten the command or environment"
+    size = len(script.encode())
+    if size > MAX_USER_DATA:
+        raise LaunchRejected(
+            f"aws launch: the boot script is {size} bytes, over EC2's 16 KB user-data limit; "
+            "shorten the command or environment"
         )
     return script

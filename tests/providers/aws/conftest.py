@@ -7,7 +7,6 @@ botocore event hooks registered on the boto3.Session handed to the provider.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -17,11 +16,12 @@ from typing import Any
 import boto3
 import pytest
 from botocore.awsrequest import AWSResponse
-from moto.server import ThreadedMotoServer
 
 from providers.aws import AwsProvider, AwsSettings
-from providers.base import LaunchRequest, Market, Offering
+from providers.aws.views import region_of_zone
+from providers.base import LaunchRequest, Market, Offering, ResourceRef
 from tests.providers.aws.fake_pricing import FakePricing
+from tests.providers.aws.harness import moto_server_url
 
 SECRET = "tEsTsEcReT-must-never-be-printed-9f8e7d6c5b4a"
 ACCESS_KEY = "AKIAEXAMPLEKEYID0001"
@@ -54,7 +54,7 @@ class _Raw:
 
 
 def ec2_error(code: str, status: int = 400, message: str = "injected") -> AWSResponse:
-    """An EC2 (query protocol) error response, as the wire would carry it."""
+    """An EC2 (query protocol) error response, as the wire would carry it (before-send)."""
     body = (
         f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message></Error>"
         "</Errors><RequestID>req-1</RequestID></Response>"
@@ -132,12 +132,8 @@ def aws_env() -> Iterator[None]:
 
 @pytest.fixture(scope="package")
 def moto_url(aws_env: None) -> Iterator[str]:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+    # One server per process, shared with the conformance harness (stopped at exit).
+    yield moto_server_url()
 
 
 @pytest.fixture(scope="package")
@@ -227,7 +223,7 @@ def offering(
 ) -> Offering:
     return Offering(
         cloud="aws",
-        region=zone[:-1],
+        region=region_of_zone(zone),
         zone=zone,
         instance_type=instance_type,
         gpu_model="A10G",
@@ -246,6 +242,7 @@ def launch_request(
     offer: Offering | None = None,
     command: list[str] | None = None,
     owner: str = "tests",
+    **changes: Any,
 ) -> LaunchRequest:
     return LaunchRequest(
         token=token,
@@ -257,7 +254,12 @@ def launch_request(
             "SPOTWISE_CHECKPOINT_URI": "s3://bucket/ckpt/job-1",
         },
         tags={"spotwise-job": "job-1", "spotwise-attempt": token, "spotwise-owner": owner},
+        **changes,
     )
+
+
+def ref(instance_id: str, region: str = REGION) -> ResourceRef:
+    return ResourceRef(instance_id, region)
 
 
 def moto_instance(instance_id: str, region: str = REGION) -> Any:

@@ -13,6 +13,7 @@ from tests.providers.aws.conftest import (
     ec2_error,
     fail_times,
     launch_request,
+    ref,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -21,7 +22,7 @@ pytestmark = pytest.mark.timeout(60)
 def test_throttling_is_retried_then_passes(make_provider, moto, session):
     calls = fail_times(session, "RunInstances", "RequestLimitExceeded", times=2, status=503)
     p = make_provider(prices=False, max_attempts=3)
-    inst = p.launch(launch_request())
+    (inst,) = p.launch(launch_request())
     assert inst.state in (InstanceState.PENDING, InstanceState.RUNNING)
     assert calls == {"n": 3, "failed": 2}
 
@@ -37,7 +38,7 @@ def test_throttling_that_does_not_stop_surfaces_as_throttled(make_provider, moto
 def test_server_errors_are_transient(make_provider, moto, session):
     calls = fail_times(session, "DescribeInstances", "InternalError", times=99, status=500)
     with pytest.raises(TransientError, match="InternalError"):
-        make_provider(prices=False, max_attempts=2).describe(["i-0123456789abcdef0"])
+        make_provider(prices=False, max_attempts=2).describe([ref("i-0123456789abcdef0")])
     assert calls["n"] == 2
 
 
@@ -64,7 +65,7 @@ def test_credentials_never_leak(make_provider, moto, session, caplog):
         max_attempts=1,
     )
     p2.offerings()
-    events = [*p.drain_events(), *p2.drain_events()]
+    events = [e.message for e in [*p.drain_events(), *p2.drain_events()]]
     assert events
     lines = [*events, *(r.getMessage() for r in caplog.records)]
     assert any("botocore" in r.name for r in caplog.records)  # debug logging really ran

@@ -1,4 +1,5 @@
-"""Launch against moto: markets, idempotency, tags, user data, capacity and quota errors."""
+"""Launch against moto: markets, idempotency, gangs, tags, user data, and the error split
+(capacity/quota vs. a rejected request vs. a fatal account problem)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import pytest
 
 from providers.aws.provider import TAG_TOKEN, client_token
 from providers.base import (
+    TAG_NODE,
     CapacityUnavailable,
     FatalError,
     InstanceState,
+    LaunchRejected,
     Market,
     QuotaExceeded,
 )
@@ -44,8 +47,8 @@ def test_spot_launch_tags_user_data_and_options(make_provider, moto, session):
     sent = capture(session, "RunInstances")
     p = make_provider(prices=False)
     req = launch_request(command=["python", "train.py", "--name", "it's a $HOME; rm -rf /"])
-    inst = p.launch(req)
-    assert inst.id.startswith("i-")
+    (inst,) = p.launch(req)
+    assert inst.id.startswith("i-") and inst.node == 0
     assert (inst.cloud, inst.region, inst.zone) == ("aws", REGION, "us-east-1b")
     assert inst.instance_type == "g5.xlarge" and inst.market is Market.SPOT
     assert inst.state in (InstanceState.PENDING, InstanceState.RUNNING)
@@ -58,15 +61,17 @@ def test_spot_launch_tags_user_data_and_options(make_provider, moto, session):
     assert tags["spotwise-owner"] == "tests"
     assert tags["Name"] == "spotwise-job-1-job-1.attempt-1"
     assert tags[TAG_TOKEN] == "job-1.attempt-1"
+    assert tags[TAG_NODE] == "0"
     assert inst.tags == tags
     script = user_data(moto, inst.id)
     assert script.startswith("#!/bin/bash\n")
     assert "export SPOTWISE_CLOUD=aws" in script
     assert "export SPOTWISE_JOB_ID=job-1" in script
     assert "export SPOTWISE_CHECKPOINT_URI=s3://bucket/ckpt/job-1" in script
-    assert "exec python train.py --name 'it'\"'\"'s a $HOME; rm -rf /'" in script
+    assert "argv=( python train.py --name 'it'\"'\"'s a $HOME; rm -rf /' )" in script
     (params,) = sent
     assert params["ClientToken"] == "job-1.attempt-1"
+    assert (params["MinCount"], params["MaxCount"]) == (1, 1)
     assert params["InstanceMarketOptions"] == {
         "MarketType": "spot",
         "SpotOptions": {
@@ -84,7 +89,9 @@ def test_spot_launch_tags_user_data_and_options(make_provider, moto, session):
 def test_on_demand_launch(make_provider, moto, session):
     sent = capture(session, "RunInstances")
     p = make_provider(prices=False)
-    inst = p.launch(launch_request(offer=offering("p4d.24xlarge", "us-east-1a", Market.ON_DEMAND)))
+    (inst,) = p.launch(
+        launch_request(offer=offering("p4d.24xlarge", "us-east-1a", Market.ON_DEMAND))
+    )
     assert inst.market is Market.ON_DEMAND
     assert inst.pool == "aws/us-east-1a/p4d.24xlarge/on-demand"
     (raw,) = all_instances(moto)
@@ -95,26 +102,26 @@ def test_on_demand_launch(make_provider, moto, session):
 def test_same_token_twice_is_one_instance(make_provider, moto, session):
     sent = capture(session, "RunInstances")
     p = make_provider(prices=False)
-    a = p.launch(launch_request(token="job-1.attempt-7"))
-    b = p.launch(launch_request(token="job-1.attempt-7"))
+    (a,) = p.launch(launch_request(token="job-1.attempt-7"))
+    (b,) = p.launch(launch_request(token="job-1.attempt-7"))
     assert a.id == b.id
     # A second provider (the daemon restarted) adopts rather than launches.
-    c = make_provider(prices=False).launch(launch_request(token="job-1.attempt-7"))
+    (c,) = make_provider(prices=False).launch(launch_request(token="job-1.attempt-7"))
     assert c.id == a.id
     assert len(all_instances(moto)) == 1
     assert len(sent) == 1
-    d = p.launch(launch_request(token="job-1.attempt-8"))
+    (d,) = p.launch(launch_request(token="job-1.attempt-8"))
     assert d.id != a.id and len(all_instances(moto)) == 2
 
 
 def test_long_tokens_become_valid_client_tokens(make_provider, moto, session):
     sent = capture(session, "RunInstances")
     token = "job-" + "x" * 100 + " with spaces"
-    inst = make_provider(prices=False).launch(launch_request(token=token))
+    (inst,) = make_provider(prices=False).launch(launch_request(token=token))
     ct = sent[0]["ClientToken"]
     assert len(ct) <= 64 and ct == client_token(token) and ct.isascii()
     assert inst.tags[TAG_TOKEN] == ct
-    assert make_provider(prices=False).find_by_token(token).id == inst.id
+    assert [i.id for i in make_provider(prices=False).find_by_token(token)] == [inst.id]
 
 
 def test_configured_network_profile_and_key(make_provider, moto, session):
@@ -134,7 +141,7 @@ def test_configured_network_profile_and_key(make_provider, moto, session):
         instance_profile="spotwise-node",
         key_name="ops",
     )
-    inst = p.launch(launch_request())
+    (inst,) = p.launch(launch_request())
     params = sent[0]
     assert params["SubnetId"] == subnet["SubnetId"]
     assert params["SecurityGroupIds"] == [sg]  # only the groups that exist in this region
@@ -142,8 +149,8 @@ def test_configured_network_profile_and_key(make_provider, moto, session):
     assert params["KeyName"] == "ops"
     (raw,) = all_instances(moto)
     assert raw["SubnetId"] == subnet["SubnetId"] and inst.zone == "us-east-1b"
-    # No subnet in the offering's zone: a clear error, not a launch in the wrong place.
-    with pytest.raises(FatalError, match="no configured subnet in zone us-east-1c"):
+    # No subnet in the offering's zone: this request is wrong (not the pool, not the account).
+    with pytest.raises(LaunchRejected, match="no configured subnet in zone us-east-1c"):
         p.launch(launch_request(token="t2", offer=offering(zone="us-east-1c")))
 
 
@@ -173,20 +180,83 @@ def test_capacity_and_quota_errors_name_the_pool(make_provider, moto, session, c
         assert calls["n"] == 1
 
 
-def test_bad_request_is_fatal(make_provider, moto, session):
-    fail_times(session, "RunInstances", "InvalidAMIID.Malformed", times=99, status=400)
-    with pytest.raises(FatalError, match=r"InvalidAMIID\.Malformed"):
+@pytest.mark.parametrize(
+    "code",
+    [
+        "InvalidParameterValue",
+        "InvalidParameterCombination",
+        "InvalidUserData.Malformed",
+        "IdempotentParameterMismatch",
+        "InvalidPlacementGroup.Unknown",
+    ],
+)
+def test_a_wrong_request_is_rejected_not_capacity(make_provider, moto, session, code):
+    fail_times(session, "RunInstances", code, times=99, status=400)
+    with pytest.raises(LaunchRejected, match=code.replace(".", r"\.")) as exc:
         make_provider(prices=False).launch(launch_request())
+    assert not isinstance(exc.value, CapacityUnavailable | FatalError)
 
 
-def test_invalid_env_name_or_empty_command_is_fatal(make_provider, moto):
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("InvalidAMIID.Malformed", 400),
+        ("InvalidAMIID.NotFound", 400),
+        ("UnauthorizedOperation", 403),
+        ("AuthFailure", 401),
+        ("InvalidSubnetID.NotFound", 400),
+    ],
+)
+def test_account_or_config_failures_are_fatal(make_provider, moto, session, code, status):
+    fail_times(session, "RunInstances", code, times=99, status=status)
+    with pytest.raises(FatalError, match=code.replace(".", r"\.")) as exc:
+        make_provider(prices=False).launch(launch_request())
+    assert not isinstance(exc.value, CapacityUnavailable | LaunchRejected)
+
+
+def test_invalid_env_name_oversize_or_empty_command_is_rejected(make_provider, moto):
+    from providers.aws.userdata import MAX_USER_DATA
     from providers.base import LaunchRequest
 
     p = make_provider(prices=False)
     good = launch_request()
     bad_env = LaunchRequest(good.token, good.offering, good.command, {"BAD-NAME": "x"}, good.tags)
-    with pytest.raises(FatalError, match="BAD-NAME"):
+    with pytest.raises(LaunchRejected, match="BAD-NAME"):
         p.launch(bad_env)
-    with pytest.raises(FatalError, match="empty"):
+    with pytest.raises(LaunchRejected, match="empty"):
         p.launch(LaunchRequest("t3", good.offering, [], good.env, good.tags))
+    huge = LaunchRequest("t4", good.offering, ["x" * MAX_USER_DATA], good.env, good.tags)
+    with pytest.raises(LaunchRejected, match="16 KB"):
+        p.launch(huge)
+    with pytest.raises(LaunchRejected, match="count"):
+        p.launch(launch_request(token="t5", count=0))
     assert all_instances(moto) == []
+
+
+def test_a_gang_is_one_request_all_or_nothing_with_node_tags(make_provider, moto, session):
+    sent = capture(session, "RunInstances")
+    p = make_provider(prices=False)
+    req = launch_request(token="job-2.attempt-1", count=3, placement_group="spotwise-pg")
+    gang = p.launch(req)
+    (params,) = sent
+    assert (params["MinCount"], params["MaxCount"]) == (3, 3)
+    assert params["ClientToken"] == "job-2.attempt-1"
+    assert params["Placement"] == {"AvailabilityZone": "us-east-1b", "GroupName": "spotwise-pg"}
+    assert "SPOTWISE_NODE" in params["UserData"]  # each node learns its index on the box
+    assert [i.node for i in gang] == [0, 1, 2] and len({i.id for i in gang}) == 3
+    raw = {r["InstanceId"]: {t["Key"]: t["Value"] for t in r["Tags"]} for r in all_instances(moto)}
+    assert {i.id: raw[i.id][TAG_NODE] for i in gang} == {i.id: str(i.node) for i in gang}
+    # A retry, or a restarted daemon, gets the same gang back; nothing new is launched.
+    again = make_provider(prices=False).launch(req)
+    assert [i.id for i in again] == [i.id for i in gang] and len(sent) == 1
+    found = p.find_by_token(req.token, "us-east-1")
+    assert [(i.id, i.node) for i in found] == [(i.id, i.node) for i in gang]
+    assert [i.node for i in p.describe([i.ref for i in gang])] == [0, 1, 2]
+
+
+def test_a_gang_without_capacity_launches_nothing(make_provider, moto, session):
+    fail_times(session, "RunInstances", "InsufficientInstanceCapacity", times=99, status=500)
+    req = launch_request(count=4, placement_group="spotwise-pg")
+    with pytest.raises(CapacityUnavailable) as exc:
+        make_provider(prices=False).launch(req)
+    assert exc.value.pool == req.offering.pool and all_instances(moto) == []

@@ -218,7 +218,8 @@ def test_pricing_unreachable_falls_back_to_the_snapshot_and_says_so(make_provide
     od = {o.instance_type: o.price_per_hour for o in offers if o.market is Market.ON_DEMAND}
     assert od == {"p4d.24xlarge": 21.957642, "g5.xlarge": 1.006}  # data/ondemand_prices.csv
     events = p.drain_events()
-    assert len(events) == 1 and "snapshot" in events[0] and "unreachable" in events[0]
+    assert len(events) == 1 and "snapshot" in events[0].message
+    assert "unreachable" in events[0].message
     assert p.drain_events() == []
     # Spot offerings do not depend on the Pricing API.
     assert any(o.market is Market.SPOT for o in offers)
@@ -229,7 +230,7 @@ def test_pricing_access_denied_falls_back_then_recovers(make_provider, pricing, 
     p = make_provider(instance_types=["g5.xlarge"], price_refresh="1m")
     od = [o for o in p.offerings() if o.market is Market.ON_DEMAND]
     assert od and od[0].price_per_hour == 1.006
-    assert any("AccessDeniedException" in e for e in p.drain_events())
+    assert any("AccessDeniedException" in e.message for e in p.drain_events())
     # The API is tried again at the next price refresh, not a day later.
     pricing.fail_with = None
     pricing.prices[(REGION, "g5.xlarge")] = 1.111
@@ -290,13 +291,14 @@ def test_two_regions_and_one_failing_region_keeps_the_rest(make_provider, sessio
     assert [o for o in again if o.region == "us-west-2"] == west
     assert {o.seen_at for o in again if o.region == REGION} == {clock.now()}
     (event,) = p.drain_events()
-    assert "us-west-2" in event and "InternalError" in event and "keeping" in event
+    assert "us-west-2" in event.message and "InternalError" in event.message
+    assert "keeping" in event.message and event.level == "warning"
     # A provider with nothing cached yet still returns the healthy region.
     fresh = make_provider(
         prices=False, instance_types=["g5.xlarge"], regions=[REGION, "us-west-2"], max_attempts=1
     )
     assert {o.region for o in fresh.offerings()} == {REGION}
-    assert any("no offerings from us-west-2" in e for e in fresh.drain_events())
+    assert any("no offerings from us-west-2" in e.message for e in fresh.drain_events())
 
 
 def test_a_region_error_without_cache_is_raised_typed(make_provider, session):
@@ -307,3 +309,45 @@ def test_a_region_error_without_cache_is_raised_typed(make_provider, session):
     p = make_provider()
     with pytest.raises(FatalError, match="UnauthorizedOperation"):
         p.offerings()
+
+
+def test_local_zones_stay_apart_and_no_pool_is_listed_twice(make_provider, session):
+    """A Local Zone is its own capacity pool in its parent region; duplicated rows from EC2
+    (offerings or price history) never make duplicate offerings."""
+    local = "us-east-1-atl-1a"
+
+    def more_zones(parsed: dict[str, Any], **_: Any) -> None:
+        rows = parsed.setdefault("InstanceTypeOfferings", [])
+        extra = {
+            "InstanceType": "g5.xlarge",
+            "Location": local,
+            "LocationType": "availability-zone",
+        }
+        rows.extend([extra, dict(extra), *[dict(r) for r in rows]])  # and every row twice
+
+    session.events.register("after-call.ec2.DescribeInstanceTypeOfferings", more_zones)
+    now = datetime.now(UTC)
+    row = {"AvailabilityZone": local, "InstanceType": "g5.xlarge",
+           "ProductDescription": "Linux/UNIX", "SpotPrice": "0.61", "Timestamp": now}  # fmt: skip
+    inject_spot_prices(session, [row, dict(row)])
+    offers = make_provider(prices=False, instance_types=["g5.xlarge"]).offerings()
+    pools = [o.pool for o in offers]
+    assert len(pools) == len(set(pools))
+    assert len({(o.zone, o.instance_type, o.market) for o in offers}) == len(offers)
+    lz = by_key(offers)[(local, "g5.xlarge", Market.SPOT)]
+    assert lz.region == REGION and lz.price_per_hour == 0.61
+    assert lz.pool == f"aws/{local}/g5.xlarge/spot"
+    parent = by_key(offers)[("us-east-1a", "g5.xlarge", Market.SPOT)]
+    assert parent.price_per_hour != lz.price_per_hour
+    assert (local, "g5.xlarge", Market.ON_DEMAND) in by_key(offers)
+
+
+def test_gpu_names_are_canonical_with_memory_variants(make_provider):
+    """EC2 names both A100 parts "A100" and both V100 parts "V100": memory tells them apart."""
+    offers = make_provider(instance_types=["p4d.24xlarge", "p4de.24xlarge", "p3dn.24xlarge",
+                                           "g5.xlarge"]).offerings()  # fmt: skip
+    seen = {o.instance_type: (o.gpu_model, o.gpu_memory_gb) for o in offers}
+    assert seen["p4d.24xlarge"] == ("A100", 40.0)
+    assert seen["p4de.24xlarge"] == ("A100", 80.0)
+    assert seen["p3dn.24xlarge"] == ("V100", 32.0)
+    assert seen["g5.xlarge"] == ("A10G", 24.0)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
+import sys
 from datetime import UTC, datetime
 
 import pytest
@@ -18,22 +21,24 @@ from providers.aws.catalog import (
     parse_instance_type,
 )
 from providers.aws.errors import scrub, translate
-from providers.aws.instances import end_reason, region_of_zone, transition_time
+from providers.aws.instances import client_token
 from providers.aws.notices import parse_message, queue_region
 from providers.aws.pricing import load_snapshot, parse_product
-from providers.aws.provider import client_token
 from providers.aws.settings import DEFAULT_AMI, AwsSettings
 from providers.aws.userdata import MAX_USER_DATA, build_user_data
+from providers.aws.views import end_reason, region_of_zone, transition_time
 from providers.base import (
     CapacityUnavailable,
     EndReason,
     FatalError,
+    LaunchRejected,
     QuotaExceeded,
     Throttled,
     TransientError,
 )
 from tests.providers.aws.conftest import eventbridge_warning
 from tests.providers.aws.fake_pricing import product
+from trainer.contract import exit_name, to_uri
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -47,13 +52,16 @@ def test_gpu_memory_as_sold(mib, gb):
 
 
 def test_canonical_gpu_names():
-    assert [canonical_gpu(n) for n in ("A10G", "a100", "T4g", "RTX PRO Server 6000", "L40S")] == [
-        "A10G",
-        "A100",
-        "T4g",
-        "RTXPRO6000S",
-        "L40S",
-    ]
+    """providers.gpus names, memory variants apart; GPUs no job can name are not offered."""
+    cases = [("A10G", 24.0), ("a100", 40.0), ("A100", 80.0), ("T4g", 16.0), ("L40S", 48.0),
+             ("V100", 16.0), ("V100", 32.0), ("H100", 80.0), ("L4", 24.0)]  # fmt: skip
+    assert [canonical_gpu(n, m) for n, m in cases] == [
+        ("A10G", 24.0), ("A100", 40.0), ("A100", 80.0), ("T4G", 16.0), ("L40S", 48.0),
+        ("V100", 16.0), ("V100", 32.0), ("H100", 80.0), ("L4", 24.0),
+    ]  # fmt: skip
+    assert canonical_gpu("Radeon Pro V520", 8.0) is None
+    odd = [{"Name": "Radeon Pro V520", "Count": 1, "MemoryInfo": {"SizeInMiB": 8192}}]
+    assert parse_instance_type(_itype("g4ad.xlarge", odd), ["x86_64"]) is None
 
 
 def _itype(name, gpus, arch="x86_64"):
@@ -123,30 +131,99 @@ def test_client_token():
     assert client_token("has space") != "has space"
 
 
+def _run_boot_script(tmp_path, script, extra_path=None, pythonpath=None):
+    """Run the whole boot script with bash, as cloud-init would, but with a fake `shutdown`
+    and state/log directories under tmp_path (no root, no IMDS, no AWS CLI)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / "shutdown"
+    fake.write_text(f'#!/bin/sh\necho "$@" > {shlex.quote(str(tmp_path / "shutdown.args"))}\n')
+    fake.chmod(0o755)
+    (tmp_path / "boot.sh").write_text(script)
+    env = {
+        "PATH": os.pathsep.join([str(bindir), *(extra_path or []), os.defpath]),
+        "SPOTWISE_STATE_DIR": str(tmp_path / "state"),
+        "SPOTWISE_LOG_DIR": str(tmp_path / "log"),
+    }
+    if pythonpath:
+        env["PYTHONPATH"] = str(pythonpath)
+    out = subprocess.run(["bash", str(tmp_path / "boot.sh")], capture_output=True, text=True,
+                         timeout=30, env=env, cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "shutdown.args").read_text().split() == ["-h", "now"]
+    return (tmp_path / "log" / "job.log").read_text()
+
+
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_user_data_quotes_argv_and_env(tmp_path):
     argv = ["printf", "%s|", "a b", "it's", "$HOME", "`id`", "; rm -rf /", "line\nbreak"]
     env = {"SPOTWISE_JOB_ID": "j 1", "WEIRD": "$(id) 'q' \"d\""}
-    script = build_user_data(argv, env)
-    # Run the exports and the job line exactly as written (not the mkdir/poweroff lines).
-    lines = script.splitlines()
-    body = [ln for ln in lines if ln.startswith("export ")]
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("( exec "))
-    end = next(i for i, ln in enumerate(lines) if ln.startswith("rc=$?"))
-    job = "\n".join(lines[start:end]).replace(" >>/var/log/spotwise/job.log 2>&1", "")
-    check = tmp_path / "t.sh"
-    check.write_text("\n".join([*body, job, 'printf "%s|%s" "$SPOTWISE_JOB_ID" "$WEIRD"']))
-    out = subprocess.run(
-        ["bash", str(check)], capture_output=True, text=True, timeout=10, env={"PATH": os.defpath}
-    )
-    assert out.returncode == 0, out.stderr
-    # Each argument arrives intact, and the environment is exported verbatim.
-    assert out.stdout == "a b|it's|$HOME|`id`|; rm -rf /|line\nbreak|" + "j 1|$(id) 'q' \"d\""
-    assert "shutdown -h now" in script
-    with pytest.raises(FatalError, match="16 KB"):
+    script = build_user_data([*argv, "$SPOTWISE_JOB_ID"], env)
+    log = _run_boot_script(tmp_path, script)
+    # Each argument arrives intact (nothing expanded), and the environment is exported.
+    assert log.startswith("a b|it's|$HOME|`id`|; rm -rf /|line\nbreak|$SPOTWISE_JOB_ID|")
+    assert "exit code not recorded" in log  # no checkpoint URI in this env
+    check = build_user_data(["sh", "-c", 'printf "%s|%s" "$SPOTWISE_JOB_ID" "$WEIRD"'], env)
+    (tmp_path / "b").mkdir()
+    assert _run_boot_script(tmp_path / "b", check).startswith("j 1|$(id) 'q' \"d\"")
+    assert (tmp_path / "state" / "exit_code").read_text().strip() == "0"
+    with pytest.raises(LaunchRejected, match="16 KB"):
         build_user_data(["x"], {"BIG": "y" * MAX_USER_DATA})
-    with pytest.raises(FatalError):
+    with pytest.raises(LaunchRejected):
         build_user_data(["x"], {"1BAD": "y"})
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_boot_script_records_the_exit_in_the_checkpoint_store(tmp_path):
+    """Without trainer.outcome on the box, the script writes exits/<N>.json itself; the
+    store is a file:// URI whose path has a space (percent-escaped) in it."""
+    store = tmp_path / "check points" / "job-1"
+    uri = to_uri(store)
+    assert "%20" in uri
+    env = {"SPOTWISE_ATTEMPT": "3", "SPOTWISE_CHECKPOINT_URI": uri}
+    script = build_user_data(["sh", "-c", "echo working; exit 7"], env)
+    log = _run_boot_script(tmp_path, script)
+    assert "working" in log
+    doc = json.loads((store / exit_name(3)).read_text())
+    assert doc["attempt"] == 3 and doc["exit_code"] == 7
+    assert datetime.fromisoformat(doc["at"].replace("Z", "+00:00")).tzinfo is not None
+    assert not list((store / "exits").glob(".*"))  # written via a temp file, renamed
+    assert (tmp_path / "state" / "exit_code").read_text().strip() == "7"
+    # A missing command still ends with a record (127), and the box still powers off.
+    _run_boot_script(tmp_path, build_user_data(["no-such-command-xyz"], env))
+    assert json.loads((store / exit_name(3)).read_text())["exit_code"] == 127
+    # s3 stores are written with the AWS CLI, to the key trainer.contract names.
+    s3 = build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2",
+                                    "SPOTWISE_CHECKPOINT_URI": "s3://bkt/ckpt/job 1/"})  # fmt: skip
+    assert "aws s3 cp --only-show-errors - 's3://bkt/ckpt/job 1/exits/2.json'" in s3
+    with pytest.raises(LaunchRejected, match="scheme"):
+        build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "gs://b/p"})
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_boot_script_uses_trainer_outcome_when_the_box_has_it(tmp_path):
+    """With trainer.outcome importable, the command runs under it (it writes the record)."""
+    fake = tmp_path / "py" / "trainer"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("")
+    (fake / "outcome.py").write_text(
+        "import json, subprocess, sys\n"
+        "if __name__ == '__main__':\n"
+        "    args = sys.argv[1:]\n"
+        "    sep = args.index('--')\n"
+        "    rc = subprocess.call(args[sep + 1:])\n"
+        f"    open({str(tmp_path / 'outcome.json')!r}, 'w').write(json.dumps([args[:sep], rc]))\n"
+        "    sys.exit(rc)\n"
+    )
+    store = tmp_path / "store dir"
+    env = {"SPOTWISE_ATTEMPT": "4", "SPOTWISE_CHECKPOINT_URI": to_uri(store)}
+    python = os.path.dirname(sys.executable)
+    script = build_user_data(["sh", "-c", "exit 5"], env)
+    _run_boot_script(tmp_path, script, extra_path=[python], pythonpath=tmp_path / "py")
+    wrapper_args, rc = json.loads((tmp_path / "outcome.json").read_text())
+    assert wrapper_args == ["--uri", to_uri(store), "--attempt", "4"] and rc == 5
+    assert not (store / exit_name(4)).exists()  # the wrapper owns the record then
+    assert (tmp_path / "state" / "exit_code").read_text().strip() == "5"
 
 
 def test_end_reasons_and_times():
@@ -184,6 +261,9 @@ def test_translate():
     assert type(translate(_client_error("Anything", 429), what="x")) is Throttled
     assert type(translate(_client_error("InternalError", 500), what="x")) is TransientError
     assert type(translate(_client_error("UnauthorizedOperation", 403), what="x")) is FatalError
+    bad = _client_error("InvalidParameterValue")
+    assert type(translate(bad, what="x", request=True)) is LaunchRejected
+    assert type(translate(bad, what="x")) is FatalError  # not a job's request: our bug
     assert type(translate(NoCredentialsError(), what="x")) is FatalError
     conn = EndpointConnectionError(endpoint_url="http://x")
     assert type(translate(conn, what="x")) is TransientError
@@ -241,3 +321,30 @@ def test_readme_config_example_is_valid():
     section = tomllib.loads(block)["providers"]["aws"]
     s = AwsSettings.model_validate(section)
     assert s.regions == ["us-east-1", "us-west-2"] and s.retry_mode == "adaptive"
+
+
+def test_capabilities_state_ec2s_rules():
+    from datetime import timedelta
+
+    from providers.aws import AwsProvider
+
+    caps = AwsProvider.capabilities
+    assert caps.idempotency_window == timedelta(hours=24)  # EC2: "at least 24 hours"
+    assert caps.visibility_delay >= timedelta(minutes=1)
+    assert caps.max_count > 1 and caps.placement_groups and not caps.launch_completes_later
+    assert caps.label("x" * 300) == "x" * 256
+    assert caps.label("Job: a/b=c+d@e ü") == "Job: a/b=c+d@e ü"  # EC2 keeps case and symbols
+    assert caps.label("a\nb") == "a_b"
+
+
+def test_node_index_from_tag_or_launch_index():
+    from providers.aws.views import node_index, to_instance
+
+    assert node_index({"AmiLaunchIndex": 2}, {}) == 2  # the tag could not be written
+    assert node_index({"AmiLaunchIndex": 2}, {"spotwise-node": "2"}) == 2
+    assert node_index({}, {}) == 0
+    raw = {"InstanceId": "i-1", "State": {"Name": "running"}, "AmiLaunchIndex": 1,
+           "Placement": {"AvailabilityZone": "us-east-1-atl-1a"}}  # fmt: skip
+    inst = to_instance(raw, datetime(2026, 1, 1, tzinfo=UTC))
+    assert (inst.node, inst.region, inst.zone) == (1, "us-east-1", "us-east-1-atl-1a")
+    assert inst.pool == "aws/us-east-1-atl-1a//on-demand"

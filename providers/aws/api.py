@@ -1,0 +1,143 @@
+"""What every AWS resource module shares: the boto3 session and clients, typed error
+translation, the clock and the event queue. No resource logic lives here."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, scrub, translate
+from providers.aws.notices import queue_region
+from providers.aws.settings import AwsSettings
+from providers.base import ProviderError, ProviderEvent
+
+log = logging.getLogger("spotwise.providers.aws")
+
+
+class Clock(Protocol):
+    """Anything with now() (scheduler.clock.Clock fits); providers do not import scheduler."""
+
+    def now(self) -> datetime: ...
+
+
+class Api:
+    """One account's session, clients per (service, region), and the events to drain."""
+
+    def __init__(
+        self, settings: AwsSettings, session: boto3.Session | None, clock: Clock | None
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        try:
+            self._session = session or boto3.Session(profile_name=settings.profile)
+        except (BotoCoreError, ClientError) as exc:
+            raise translate(exc, what="session") from None
+        self._config = Config(
+            retries={"mode": settings.retry_mode, "total_max_attempts": settings.max_attempts},
+            connect_timeout=settings.connect_timeout.total_seconds(),
+            read_timeout=settings.read_timeout.total_seconds(),
+            user_agent_extra="spotwise",
+        )
+        self._lock = threading.RLock()
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._events: deque[ProviderEvent] = deque(maxlen=1000)
+
+    def now(self) -> datetime:
+        return self._clock.now() if self._clock is not None else datetime.now(UTC)
+
+    # -- events and secrets ----------------------------------------------------------------
+    def emit(self, message: str, level: str = "warning") -> None:
+        message = scrub(message, self.secrets())
+        log.warning("%s", message)
+        with self._lock:
+            self._events.append(ProviderEvent(message, level))
+
+    def drain_events(self) -> list[ProviderEvent]:
+        with self._lock:
+            out = list(self._events)
+            self._events.clear()
+            return out
+
+    def secrets(self) -> list[str]:
+        try:
+            creds = self._session.get_credentials()
+            if creds is None:
+                return []
+            frozen = creds.get_frozen_credentials()
+            return [s for s in (frozen.access_key, frozen.secret_key, frozen.token) if s]
+        except Exception:  # resolving credentials must never mask the real error
+            return []
+
+    # -- clients ---------------------------------------------------------------------------
+    def _client(self, service: str, region: str, endpoint_url: str | None) -> Any:
+        with self._lock:  # boto3 sessions are not thread-safe; the clients they make are
+            key = (service, region)
+            if key not in self._clients:
+                try:
+                    self._clients[key] = self._session.client(
+                        service, region_name=region, endpoint_url=endpoint_url, config=self._config
+                    )
+                except (BotoCoreError, ClientError) as exc:
+                    raise translate(exc, what=f"{service} client", secrets=self.secrets) from None
+            return self._clients[key]
+
+    def ec2(self, region: str) -> Any:
+        with self._lock:
+            fresh = ("ec2", region) not in self._clients
+            client = self._client("ec2", region, self.settings.endpoint_url)
+            if fresh:
+                client.meta.events.register_first(
+                    "needs-retry.ec2.RunInstances", _capacity_is_an_answer
+                )
+            return client
+
+    def pricing(self) -> Any:
+        s = self.settings
+        return self._client("pricing", s.pricing_region, s.pricing_endpoint_url)
+
+    def sqs(self) -> Any:
+        s = self.settings
+        region = s.sqs_region or queue_region(s.sqs_queue_url or "") or s.regions[0]
+        return self._client("sqs", region, s.sqs_endpoint_url)
+
+    def call(
+        self, what: str, fn: Callable[[], Any], pool: str | None = None, request: bool = False
+    ) -> Any:
+        """Run one API interaction; botocore failures come out as typed ProviderErrors."""
+        try:
+            return fn()
+        except ProviderError:
+            raise
+        except (BotoCoreError, ClientError) as exc:
+            raise translate(
+                exc, what=what, pool=pool, secrets=self.secrets, request=request
+            ) from None
+
+
+def _capacity_is_an_answer(response: Any = None, **_: Any) -> None:
+    """EC2 sends InsufficientInstanceCapacity as a 500, which botocore would retry with
+    backoff; it is an answer about the pool, so the scheduler should move on at once.
+
+    Runs just before botocore's retry handler and lowers the status it judges by.
+    """
+    if not response:
+        return
+    http, parsed = response
+    code = (parsed or {}).get("Error", {}).get("Code")
+    if code in CAPACITY_CODES or code in QUOTA_CODES:
+        http.status_code = min(http.status_code, 400)
+
+
+def paged(client: Any, operation: str, key: str, **kwargs: Any) -> list[Any]:
+    out: list[Any] = []
+    for page in client.get_paginator(operation).paginate(**kwargs):
+        out.extend(page.get(key, []))
+    return out
