@@ -105,7 +105,7 @@ def test_launch_into_unavailable_pool_raises_capacity_unavailable(tmp_path: Path
     with pytest.raises(CapacityUnavailable) as e:
         m.launch(req)
     assert e.value.pool == POOL
-    assert m.find_by_token("t") is None
+    assert m.find_by_token("t") == []
 
 
 def test_epoch_persists_across_restarts(tmp_path: Path) -> None:
