@@ -655,8 +655,8 @@ class LocalMarket:
                     inst.pool if inst.instance_type else None,
                 )
             self._retire(instance_id, d, end)
-        elif alive and job is not None:
-            inst.state = InstanceState.RUNNING
+        elif alive and (job is not None or (d / state.JOB).exists()):
+            inst.state = InstanceState.RUNNING  # only once the job process really started
         return inst
 
     def _settle(self, instance_id: str, d: Path) -> dict[str, Any] | None:

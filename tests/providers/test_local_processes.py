@@ -103,7 +103,11 @@ def events(path: Path) -> dict[str, float]:
 def state_dir(tmp_path: Path) -> Iterator[Path]:
     d = tmp_path / "state"
     yield d
-    # Leave no process behind, whatever the test did: kill what our supervisors started.
+    kill_everything(d)
+
+
+def kill_everything(d: Path) -> None:
+    """Leave no process behind, whatever the test did: kill what our supervisors started."""
     for inst in (d / "instances").glob("local-*"):
         with contextlib.suppress(Exception):
             if not (inst / "end.json").exists():
