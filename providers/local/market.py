@@ -74,6 +74,7 @@ ENV_PASSTHROUGH = (
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `providers/`
 _SUPERVISOR_START_TIMEOUT_S = 30.0
 _STALE_MARKER_S = 120.0  # a live marker without a directory: its launch died before the claim
+_SPEC_CACHE_MAX = 4096
 _ID = re.compile(r"local-[0-9a-f]{16}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MAX_ARG_STRLEN = 128 * 1024  # Linux: one argv/env string, NUL included
@@ -559,6 +560,8 @@ class LocalMarket:
         if spec is None:
             spec = state.read_json(self.instances_dir / instance_id / state.SPEC)
             if spec is not None:
+                if len(self._spec_cache) >= _SPEC_CACHE_MAX:  # describes of old history
+                    self._spec_cache.clear()
                 self._spec_cache[instance_id] = spec
         return spec
 
@@ -620,7 +623,10 @@ class LocalMarket:
             self._warn(instance_id, "spec.json is missing or corrupt")
             spec = {}
         else:
-            self._enforce_trace(spec)
+            try:
+                self._enforce_trace(spec)
+            except (KeyError, TypeError, ValueError) as e:
+                self._warn(instance_id, f"cannot follow the trace: {e!r}")
         job = state.read_json(d / state.JOB)
         end = _end_record(d)
         alive = end is None and state.supervisor_alive(d)
