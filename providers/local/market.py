@@ -597,7 +597,7 @@ class LocalMarket:
 
     def _view_safely(self, ref: ResourceRef) -> Instance:
         """describe() of one instance that never raises: a damaged directory is reported (an
-        event) and shown RUNNING while its supervisor lives, else ENDED/UNKNOWN."""
+        event) and shown RUNNING while its supervisor or job lives, else ENDED/UNKNOWN."""
         try:
             return self._view(ref.id, ref)
         except Exception as e:
@@ -605,9 +605,7 @@ class LocalMarket:
         d = self.instances_dir / ref.id
         alive = False
         with contextlib.suppress(Exception):
-            alive = state.supervisor_alive(d)
-            if not alive:
-                state.kill_job(ref.id, None)
+            alive = state.supervisor_alive(d) or state.kill_job(ref.id, None)[1] > 0
         inst = not_found(ref, self.name)
         inst.state = InstanceState.RUNNING if alive else InstanceState.ENDED
         inst.end_reason = None if alive else EndReason.UNKNOWN
@@ -661,8 +659,10 @@ class LocalMarket:
                     inst.pool if inst.instance_type else None,
                 )
             self._retire(instance_id, d, end)
-        elif alive and (job is not None or (d / state.JOB).exists()):
-            inst.state = InstanceState.RUNNING  # only once the job process really started
+        elif job is not None or (d / state.JOB).exists():
+            # Only once the job process really started; without a supervisor only while its
+            # processes survive being killed (otherwise _settle has recorded an end).
+            inst.state = InstanceState.RUNNING
         return inst
 
     def _settle(self, instance_id: str, d: Path) -> dict[str, Any] | None:
@@ -686,7 +686,10 @@ class LocalMarket:
                 job = state.read_json(d / state.JOB) or {}
                 pgid = job.get("pid") if isinstance(job.get("pid"), int) else None
                 ran = (d / state.JOB).exists() or (d / state.SUPERVISOR).exists()
-                killed = state.kill_job(instance_id, pgid) if ran else 0
+                killed, left = state.kill_job(instance_id, pgid) if ran else (0, 0)
+                if left:  # unkillable (D state): it still runs, so it has not ended
+                    self._warn(instance_id, f"{left} processes of an unsupervised job survive")
+                    return None
                 now = datetime.now(UTC).isoformat()
                 if (d / state.JOB).exists() or killed:
                     end = {"reason": EndReason.UNKNOWN.value, "exit_code": None, "ended_at": now,

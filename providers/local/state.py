@@ -154,22 +154,24 @@ def job_processes(instance_id: str, pgid: int | None) -> tuple[set[int], set[int
     return groups, lone
 
 
-def kill_job(instance_id: str, pgid: int | None, within_s: float = 2.0) -> int:
+def kill_job(instance_id: str, pgid: int | None, within_s: float = 2.0) -> tuple[int, int]:
     """SIGKILL every process of the job (its group, then stragglers) until none is left or
-    `within_s` passes; returns how many groups/processes were found alive at first."""
+    `within_s` passes: (groups/processes found alive at first, still alive at the end)."""
     if not os.path.isdir("/proc"):
         if pgid:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-        return 1 if pgid else 0
+        return (1 if pgid else 0), 0
     deadline = time.monotonic() + within_s
     found = -1
     while True:
         groups, lone = job_processes(instance_id, pgid)
         if found < 0:
             found = len(groups) + len(lone)
-        if (not groups and not lone) or time.monotonic() > deadline:
-            return found
+        if not groups and not lone:
+            return found, 0
+        if time.monotonic() > deadline:
+            return found, len(groups) + len(lone)
         for g in groups:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(g, signal.SIGKILL)

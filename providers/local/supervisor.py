@@ -42,7 +42,10 @@ def _die_with_parent() -> Any:
     loaded here, before fork; the child only calls into it."""
     if not sys.platform.startswith("linux"):
         return None
-    libc = ctypes.CDLL(None, use_errno=True)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None  # the market's sweep still kills an orphaned job
     parent = os.getpid()
 
     def preexec() -> None:

@@ -280,7 +280,7 @@ def test_ended_history_stays_out_of_the_hot_path(
     t0 = time.monotonic()
     assert [t.ref.id for t in upgraded.list_tagged("tester")] == [live.id]
     assert upgraded.prune(timedelta(days=3)) == 0
-    assert time.monotonic() - t0 < 1.0
+    assert time.monotonic() - t0 < 3.0  # generous: shared CPUs
     assert {p.parent.name for p in reads} == {live.id}  # not one file of the history read
     old = describe(upgraded, f"local-{7:016x}")  # the history still answers describe
     assert (old.state, old.exit_code) == (InstanceState.ENDED, 0)
