@@ -68,9 +68,20 @@ from providers.local.trace import DEFAULT_TRACE, Trace, load_trace
 # Environment a job inherits from the daemon; everything else comes from the request, so the
 # daemon's own secrets never reach a job (as on a fresh cloud instance).
 ENV_PASSTHROUGH = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-    "PYTHONPATH", "VIRTUAL_ENV", "SHELL", "TERM",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SHELL",
+    "TERM",
+)
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `providers/`
 _SUPERVISOR_START_TIMEOUT_S = 30.0
 _STALE_MARKER_S = 120.0  # a live marker without a directory: its launch died before the claim
@@ -93,11 +104,17 @@ class _UTC:
 
 def instance_id_for(token: str) -> str:
     """Deterministic, so a token maps to one instance directory and mkdir is the claim."""
-    return "local-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    return "local-" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+def _dt(value: Any) -> datetime | None:
+    """A recorded time; None when absent or damaged (never an exception)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 class LocalMarket:
@@ -107,10 +124,15 @@ class LocalMarket:
     # Tags live in JSON: any value is stored as given. Instance ids derive from the token, so
     # a token is remembered for ever; placement groups are recorded, not enforced.
     capabilities = Capabilities(
-        label_max_length=1 << 16, label_pattern=r"(?s:.)", idempotency_window=None,
-        visibility_delay=timedelta(0), launch_completes_later=True, max_count=8,
-        placement_groups=True, leaves_resources=False,
-    )  # fmt: skip
+        label_max_length=1 << 16,
+        label_pattern=r"(?s:.)",
+        idempotency_window=None,
+        visibility_delay=timedelta(0),
+        launch_completes_later=True,
+        max_count=8,
+        placement_groups=True,
+        leaves_resources=False,
+    )
 
     def __init__(self, settings: LocalSettings | None = None, clock: _Clock | None = None) -> None:
         self.settings = settings or LocalSettings()
@@ -167,7 +189,7 @@ class LocalMarket:
             if end is None:
                 (tmp / d.name).touch()
                 continue
-            ended = _dt(end.get("ended_at")) if isinstance(end.get("ended_at"), str) else None
+            ended = _dt(end.get("ended_at"))
             ts = ended.timestamp() if ended else _mtime(d)
             state.append_line(self.state_dir / state.ENDED_INDEX, f"{ts:.3f} {d.name}")
         try:
@@ -692,19 +714,29 @@ class LocalMarket:
                     return None
                 now = datetime.now(UTC).isoformat()
                 if (d / state.JOB).exists() or killed:
-                    end = {"reason": EndReason.UNKNOWN.value, "exit_code": None, "ended_at": now,
-                           "note": "the supervisor died; its job was killed"}  # fmt: skip
+                    end = {
+                        "reason": EndReason.UNKNOWN.value,
+                        "exit_code": None,
+                        "ended_at": now,
+                        "note": "the supervisor died; its job was killed",
+                    }
                     if killed:
                         self._warn(instance_id, "supervisor died: killed its job's processes")
                 elif (d / state.TERMINATE).exists():
-                    end = {"reason": EndReason.TERMINATED.value, "exit_code": None,
-                           "ended_at": now}  # fmt: skip
+                    end = {"reason": EndReason.TERMINATED.value, "exit_code": None, "ended_at": now}
                 else:
-                    why = ("the supervisor died before starting the job" if ran else
-                           "the launch was interrupted before the job started")  # fmt: skip
+                    why = (
+                        "the supervisor died before starting the job"
+                        if ran
+                        else "the launch was interrupted before the job started"
+                    )
                     failure = {"kind": FailureKind.FATAL.value, "message": why}
-                    end = {"reason": EndReason.LAUNCH_FAILED.value, "exit_code": None,
-                           "ended_at": now, "failure": failure}  # fmt: skip
+                    end = {
+                        "reason": EndReason.LAUNCH_FAILED.value,
+                        "exit_code": None,
+                        "ended_at": now,
+                        "failure": failure,
+                    }
                 try:
                     state.write_json(d / state.END, end)
                 except OSError as e:  # a full disk: the verdict holds for this call

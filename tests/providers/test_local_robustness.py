@@ -276,7 +276,12 @@ def test_ended_history_stays_out_of_the_hot_path(
     assert os.listdir(state_dir / "live") == [live.id]
     reads: list[Path] = []
     real_read = state.read_json
-    monkeypatch.setattr(state, "read_json", lambda p: reads.append(p) or real_read(p))
+
+    def counting_read(path: Path) -> dict[str, object] | None:
+        reads.append(path)
+        return real_read(path)
+
+    monkeypatch.setattr(state, "read_json", counting_read)
     t0 = time.monotonic()
     assert [t.ref.id for t in upgraded.list_tagged("tester")] == [live.id]
     assert upgraded.prune(timedelta(days=3)) == 0
