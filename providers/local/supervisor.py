@@ -118,7 +118,15 @@ class Supervisor:
 
     # -- interruption sources ----------------------------------------------------------------
     def trace_outage(self) -> bool:
-        """True once the trace has taken this spot pool's capacity away since launch."""
+        """True once the trace has taken this spot pool's capacity away since launch. A
+        market.json being rewritten (or damaged) reads as "no outage yet", never kills the job."""
+        try:
+            return self._trace_outage()
+        except Exception as e:
+            print(f"spotwise-local: cannot read the market's trace state: {e!r}", file=sys.stderr)
+            return False
+
+    def _trace_outage(self) -> bool:
         if self.spec["market"] != "spot":
             return False
         t = time.monotonic()
