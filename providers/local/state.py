@@ -8,8 +8,9 @@ reader never sees half a record and either process may crash at any point.
     <state_dir>/instances/<id>/  spec.json, launch.lock, supervisor.lock, supervisor.json,
                                  job.json, notice.json (the job's notice file), end.json,
                                  interrupt.request, terminate.request, stdout.log, stderr.log, work/
-    <state_dir>/instances/ended/<id>/   the same, moved here once ended and unsupervised, so
-                                 listing live instances never walks the history
+    <state_dir>/live/<id>        an empty marker per instance not yet seen ended: the hot set
+                                 listings walk, so they never touch the history
+    <state_dir>/ended.index      "<ended_at epoch s> <id>" per retired instance: what prune reads
 
 Locks (flock, so they die with their holder): the launcher holds launch.lock from writing the
 spec until the supervisor has started the job; the supervisor holds supervisor.lock for its

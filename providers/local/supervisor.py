@@ -71,6 +71,7 @@ class Supervisor:
         self.stop_requested = False
         self._trace_checked = 0.0
         self._outage_cache: tuple[Any, int | None] | None = None
+        self._trace_error_shown = False
 
     # -- job ---------------------------------------------------------------------------------
     def start(self) -> subprocess.Popen[bytes] | None:
@@ -123,7 +124,9 @@ class Supervisor:
         try:
             return self._trace_outage()
         except Exception as e:
-            print(f"spotwise-local: cannot read the market's trace state: {e!r}", file=sys.stderr)
+            if not self._trace_error_shown:
+                self._trace_error_shown = True
+                print(f"spotwise-local: cannot read the trace state: {e!r}", file=sys.stderr)
             return False
 
     def _trace_outage(self) -> bool:
