@@ -560,9 +560,9 @@ class LocalMarket:
                 )
             except OSError as e:
                 self._warn("prune", f"cannot rewrite {index}: {e}")
-        for tmp in self.instances_dir.glob(".tmp-*"):  # launches that died before the claim
-            if _age_s(tmp) > 3600:
-                _rmtree(tmp)
+        for left in self.instances_dir.glob(".t*-*"):  # launches that died before the claim,
+            if left.name.startswith(".trash-") or _age_s(left) > 3600:  # prunes interrupted
+                _rmtree(left)
         return removed
 
     def instance_dir(self, instance_id: ResourceRef | str) -> Path:
@@ -761,6 +761,8 @@ class LocalMarket:
             self._warn(instance_id, f"cannot retire: {e}")
 
     def _remove_ended(self, d: Path) -> bool:
+        """Remove one ended, unsupervised instance; renamed away first so a concurrent
+        describe sees it whole or NOT_FOUND, never half deleted (and never settles it)."""
         try:
             lock = state.try_lock(d / state.LOCK)
         except OSError:
@@ -770,10 +772,15 @@ class LocalMarket:
         try:
             if not (d / state.END).exists() or (self.live_dir / d.name).exists():
                 return False
-            _rmtree(d)
-            return True
+            trash = self.instances_dir / f".trash-{d.name}-{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(d, trash)
+            except OSError:
+                return False
         finally:
             _unlock(lock)
+        _rmtree(trash)
+        return True
 
     def _warn(self, key: str, message: str) -> None:
         """An event for the daemon's log, once per (instance, message) per market object."""
