@@ -184,6 +184,7 @@ class LocalMarket:
         full scan, published with one rename."""
         tmp = self.state_dir / f".live-{uuid.uuid4().hex[:8]}"
         tmp.mkdir()
+        ended_lines = []
         for d in sorted(self.instances_dir.glob("local-*")):
             end = _end_record(d)
             if end is None:
@@ -191,7 +192,9 @@ class LocalMarket:
                 continue
             ended = _dt(end.get("ended_at"))
             ts = ended.timestamp() if ended else _mtime(d)
-            state.append_line(self.state_dir / state.ENDED_INDEX, f"{ts:.3f} {d.name}")
+            ended_lines.append(f"{ts:.3f} {d.name}")
+        if ended_lines:
+            state.append_line(self.state_dir / state.ENDED_INDEX, "\n".join(ended_lines))
         try:
             os.rename(tmp, self.live_dir)
         except OSError:  # another market built it first
