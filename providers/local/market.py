@@ -8,6 +8,11 @@ they survive a daemon restart and a new LocalMarket over the same state_dir re-a
 Spot pools the trace marks unavailable are left out of offerings() (like a cloud's current
 capacity view); launching into one raises CapacityUnavailable(pool=...).
 
+Every call is safe to repeat and decided from the files alone (see state.py): an instance is
+RUNNING only once its job process started, PENDING while its launch or supervisor may still
+act, and an instance nobody supervises is settled by whoever looks (its job killed, its end
+recorded). Listings walk only `live/` markers, so thousands of ended instances cost nothing.
+
 Clocks: with no clock (or a RealClock) everything is real UTC and the supervisors watch the
 trace themselves, even while the daemon is down. With a ScaledClock (anything with `anchor`
 and `speedup`) the timeline stays real but every reported time (seen_at, launched_at,
@@ -18,12 +23,15 @@ list_tagged, poll); grace_period and kill_after are always real seconds.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -31,16 +39,25 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from providers.base import (
+    TAG_NODE,
     TAG_OWNER,
+    Capabilities,
     CapacityUnavailable,
     EndReason,
+    FailureKind,
     FatalError,
     Instance,
     InstanceState,
+    LaunchFailure,
+    LaunchRejected,
     LaunchRequest,
     Market,
     Offering,
+    ProviderEvent,
+    ResourceRef,
+    TaggedResource,
     TransientError,
+    not_found,
     pool_key,
 )
 from providers.local import state
@@ -51,12 +68,29 @@ from providers.local.trace import DEFAULT_TRACE, Trace, load_trace
 # Environment a job inherits from the daemon; everything else comes from the request, so the
 # daemon's own secrets never reach a job (as on a fresh cloud instance).
 ENV_PASSTHROUGH = (
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
-    "PYTHONPATH", "VIRTUAL_ENV", "SHELL", "TERM",
-)  # fmt: skip
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SHELL",
+    "TERM",
+)
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the directory holding `providers/`
-_ORPHAN_AFTER_S = 60.0  # a spec with no supervisor after this long was a crashed launch
 _SUPERVISOR_START_TIMEOUT_S = 30.0
+_STALE_MARKER_S = 120.0  # a live marker without a directory: its launch died before the claim
+_SPEC_CACHE_MAX = 4096
+_ID = re.compile(r"local-[0-9a-f]{16}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MAX_ARG_STRLEN = 128 * 1024  # Linux: one argv/env string, NUL included
+_ARG_MAX = os.sysconf("SC_ARG_MAX") if hasattr(os, "sysconf") else 256 * 1024
+_ENV_HEADROOM = 16 * 1024  # what the market adds (PATH, HOME, SPOTWISE_*)
 
 
 class _Clock(Protocol):
@@ -70,17 +104,35 @@ class _UTC:
 
 def instance_id_for(token: str) -> str:
     """Deterministic, so a token maps to one instance directory and mkdir is the claim."""
-    return "local-" + hashlib.sha256(token.encode()).hexdigest()[:16]
+    return "local-" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def _dt(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+def _dt(value: Any) -> datetime | None:
+    """A recorded time; None when absent or damaged (never an exception)."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
 
 
 class LocalMarket:
     """Provider over local processes; market time = trace_start + (now - epoch) * speedup."""
 
     name = "local"
+    # Tags live in JSON: any value is stored as given. Instance ids derive from the token, so
+    # a token is remembered for ever; placement groups are recorded, not enforced.
+    capabilities = Capabilities(
+        label_max_length=1 << 16,
+        label_pattern=r"(?s:.)",
+        idempotency_window=None,
+        visibility_delay=timedelta(0),
+        launch_completes_later=True,
+        max_count=8,
+        placement_groups=True,
+        leaves_resources=False,
+    )
 
     def __init__(self, settings: LocalSettings | None = None, clock: _Clock | None = None) -> None:
         self.settings = settings or LocalSettings()
@@ -92,12 +144,18 @@ class LocalMarket:
         self._real = clock is None or type(clock).__name__ == "RealClock" or self._scaled
         self.state_dir = self.settings.resolved_state_dir()
         self.instances_dir = self.state_dir / "instances"
+        self.live_dir = self.state_dir / "live"
+        self._spec_cache: dict[str, dict[str, Any]] = {}
+        self._events: list[ProviderEvent] = []
+        self._warned: set[tuple[str, str]] = set()
         self.trace: Trace = load_trace(self.settings.trace)
         # Supervisors watch the trace themselves only when market time is real time; under a
         # simulated clock this object requests the interruptions (describe/poll).
         self_watch = self._real
         try:
             self.instances_dir.mkdir(parents=True, exist_ok=True)
+            if not self.live_dir.is_dir():
+                self._build_live_markers()
             epoch = state.ensure_epoch(self.state_dir, self._axis_now())
             self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
             state.write_json(
@@ -120,6 +178,27 @@ class LocalMarket:
             if (clouds is None or r.cloud in clouds) and (regions is None or r.region in regions)
         ]
         self._by_key = {(r.cloud, r.zone, r.instance_type): r for r in self._rows}
+
+    def _build_live_markers(self) -> None:
+        """Once per state_dir (or after an upgrade): the hot set and the ended index from a
+        full scan, published with one rename."""
+        tmp = self.state_dir / f".live-{uuid.uuid4().hex[:8]}"
+        tmp.mkdir()
+        ended_lines = []
+        for d in sorted(self.instances_dir.glob("local-*")):
+            end = _end_record(d)
+            if end is None:
+                (tmp / d.name).touch()
+                continue
+            ended = _dt(end.get("ended_at"))
+            ts = ended.timestamp() if ended else _mtime(d)
+            ended_lines.append(f"{ts:.3f} {d.name}")
+        if ended_lines:
+            state.append_line(self.state_dir / state.ENDED_INDEX, "\n".join(ended_lines))
+        try:
+            os.rename(tmp, self.live_dir)
+        except OSError:  # another market built it first
+            _rmtree(tmp)
 
     def _trace_start_s(self) -> float:
         ts = self.settings.trace_start
@@ -210,22 +289,73 @@ class LocalMarket:
             seen_at=now,
         )
 
-    def launch(self, request: LaunchRequest) -> Instance:
-        command = list(request.command)
-        if not command or not all(isinstance(a, str) for a in command):
-            raise FatalError("the job command must be a non-empty list of strings")
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        """`request.count` instances, node i idempotent on `request.node_token(i)` (its id is
+        derived from the token and creating its directory is the claim). Retrying after any
+        failure, or after a crash, completes the same instances and never adds one."""
+        command = self._validate(request)
         off = request.offering
         row = self._by_key.get((off.cloud, off.zone, off.instance_type))
         if row is None:
             raise FatalError(
                 f"the local market does not offer {off.instance_type} in {off.cloud}/{off.zone}"
             )
-        instance_id = instance_id_for(request.token)
-        if (self.instances_dir / instance_id).exists():
-            return self._relaunch(instance_id)  # idempotent on the token
+        ids = [instance_id_for(request.node_token(n)) for n in range(request.count)]
         now = self._clock.now()
-        if off.market == Market.SPOT and not self.is_available(off.pool, now):
+        fresh = not any(self._locate(i) for i in ids)  # a retry completes what exists
+        if fresh and off.market == Market.SPOT and not self.is_available(off.pool, now):
             raise CapacityUnavailable(f"no spot capacity in {off.pool} right now", pool=off.pool)
+        return [
+            self._launch_node(request, row, node, iid, command, now) for node, iid in enumerate(ids)
+        ]
+
+    def _validate(self, request: LaunchRequest) -> list[str]:
+        """LaunchRejected for a request no retry can fix (it would crash the job's exec)."""
+        if (
+            not isinstance(request.count, int)
+            or not 1 <= request.count <= self.capabilities.max_count
+        ):
+            raise LaunchRejected(f"count must be 1..{self.capabilities.max_count}")
+        cmd = request.command
+        if isinstance(cmd, str | bytes) or not cmd or not all(isinstance(a, str) for a in cmd):
+            raise LaunchRejected("the job command must be a non-empty list of strings")
+        command = list(cmd)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in request.env.items()):
+            raise LaunchRejected("environment names and values must be strings")
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in request.tags.items()):
+            raise LaunchRejected("tag keys and values must be strings")
+        bad = sorted(k for k in request.env if not _ENV_NAME.fullmatch(k))
+        if bad:
+            raise LaunchRejected(f"invalid environment variable names: {bad!r}")
+        size = 0
+        for what, values in (("command", command), ("environment", list(request.env.values()))):
+            for v in values:
+                try:
+                    n = len(os.fsencode(v))
+                except UnicodeError:
+                    raise LaunchRejected(f"the {what} has a string the OS cannot encode") from None
+                if "\0" in v:
+                    raise LaunchRejected(f"the {what} contains a NUL character")
+                if n >= _MAX_ARG_STRLEN:
+                    raise LaunchRejected(f"a {what} string is over {_MAX_ARG_STRLEN} bytes")
+                size += n + 1
+        size += sum(len(k) + 2 for k in request.env)
+        if size > _ARG_MAX - _ENV_HEADROOM:
+            raise LaunchRejected(f"command and environment are too large ({size} bytes)")
+        return command
+
+    def _launch_node(
+        self,
+        request: LaunchRequest,
+        row: CatalogRow,
+        node: int,
+        instance_id: str,
+        command: list[str],
+        now: datetime,
+    ) -> Instance:
+        if self._locate(instance_id) is not None:
+            return self._relaunch(instance_id)
+        off = request.offering
         instance_dir = self.instances_dir / instance_id
         env = {k: os.environ[k] for k in ENV_PASSTHROUGH if k in os.environ}
         # A "local instance" has the daemon's Python first on PATH, as a cloud image has one
@@ -238,9 +368,15 @@ class LocalMarket:
             SPOTWISE_NOTICE_FILE=str(instance_dir / state.NOTICE),
             SPOTWISE_INSTANCE_ID=instance_id,
         )
+        tags = dict(request.tags)
+        tags.setdefault(TAG_NODE, str(node))
         spec: dict[str, Any] = {
             "id": instance_id,
-            "token": request.token,
+            "token": request.node_token(node),
+            "request_token": request.token,
+            "node": node,
+            "count": request.count,
+            "placement_group": request.placement_group,  # simulated: recorded, no effect
             "cloud": off.cloud,
             "region": row.region,
             "zone": off.zone,
@@ -249,7 +385,7 @@ class LocalMarket:
             "price_per_hour": off.price_per_hour,
             "command": command,
             "env": env,
-            "tags": dict(request.tags),
+            "tags": tags,
             "created_at": now.isoformat(),
             "launch_offset_s": self._offset(now),
             "trace": self.trace.name,
@@ -257,31 +393,48 @@ class LocalMarket:
             "grace_s": self.settings.grace_period.total_seconds(),
             "kill_after_s": self.settings.kill_after.total_seconds(),
         }
-        # Claim the token atomically: build the directory aside, then rename it into place.
+        # Claim the token atomically: build the directory aside (holding its launch lock),
+        # then rename it into place; the live marker comes first so listings never miss it.
         tmp = self.instances_dir / f".tmp-{instance_id}-{uuid.uuid4().hex[:8]}"
+        lock: int | None = None
         try:
             tmp.mkdir()
             state.write_json(tmp / state.SPEC, spec)
+            lock = state.try_lock(tmp / state.LAUNCH_LOCK)
+            (self.live_dir / instance_id).touch()
         except OSError as e:
+            _unlock(lock)
             _rmtree(tmp)
             raise TransientError(f"cannot write local instance state: {e}") from e
         try:
-            os.rename(tmp, instance_dir)
-        except OSError:  # someone else launched this token first
-            _rmtree(tmp)
-            return self._relaunch(instance_id)
-        self._start_supervisor(instance_dir)
-        return self._describe_one(instance_id)
+            try:
+                os.rename(tmp, instance_dir)
+            except OSError:  # someone else launched this token first
+                _rmtree(tmp)
+                _unlock(lock)
+                lock = None
+                return self._relaunch(instance_id)
+            self._start_supervisor(instance_dir)
+        finally:
+            _unlock(lock)  # before describing: a launch that failed is decided right away
+        return self._view(instance_id)
 
     def _relaunch(self, instance_id: str) -> Instance:
-        """The token was launched before; finish a launch that crashed before its supervisor
-        started (the supervisor itself refuses to run a job twice), else just report it."""
+        """The token was launched before: finish a launch that died before its supervisor
+        started, unless a launch is in progress or a verdict was recorded; then report it."""
         d = self.instances_dir / instance_id
-        fresh = _age_s(d / state.SPEC) < _ORPHAN_AFTER_S
-        started = any((d / f).exists() for f in (state.SUPERVISOR, state.JOB, state.END))
-        if fresh and not started and not state.supervisor_alive(d):
-            self._start_supervisor(d)
-        return self._describe_one(instance_id)
+        try:
+            lock = state.try_lock(d / state.LAUNCH_LOCK)
+        except OSError:
+            lock = None
+        if lock is not None:
+            try:
+                if not _started(d) and not state.supervisor_alive(d):
+                    (self.live_dir / instance_id).touch()
+                    self._start_supervisor(d)
+            finally:
+                _unlock(lock)
+        return self._view(instance_id)
 
     def _start_supervisor(self, instance_dir: Path) -> None:
         env = dict(os.environ)
@@ -289,8 +442,8 @@ class LocalMarket:
             p for p in (str(_PACKAGE_ROOT), env.get("PYTHONPATH", "")) if p
         )
         log = instance_dir / "supervisor.log"
-        with open(log, "ab") as out:
-            try:
+        try:
+            with open(log, "ab") as out:
                 proc = subprocess.Popen(
                     [sys.executable, "-m", "providers.local.supervisor", str(instance_dir)],
                     stdin=subprocess.DEVNULL,
@@ -301,43 +454,67 @@ class LocalMarket:
                     start_new_session=True,
                 )
                 rc = proc.wait(timeout=_SUPERVISOR_START_TIMEOUT_S)
-            except (OSError, subprocess.TimeoutExpired) as e:
-                raise TransientError(f"local supervisor did not start: {e}") from e
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise TransientError(f"local supervisor did not start: {e}") from e
         if rc != 0:
             tail = log.read_text(errors="replace")[-500:]
             raise TransientError(f"local supervisor failed (exit {rc}): {tail}")
 
-    def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
-        return [self._describe_one(i) for i in instance_ids]
+    def describe(self, refs: Sequence[ResourceRef | str]) -> list[Instance]:
+        """One Instance per ref; NOT_FOUND for ids this market never had (or pruned)."""
+        return [self._view_safely(_ref(r)) for r in refs]
 
-    def terminate(self, instance_ids: Sequence[str]) -> None:
-        for i in instance_ids:
-            d = self._dir(i)
-            if d is None or (d / state.END).exists():
-                continue
-            state.create_once(d / state.TERMINATE, {"at": self._clock.now().isoformat()})
+    def terminate(self, refs: Sequence[ResourceRef | str]) -> None:
+        """Ask each supervisor to stop its job (SIGTERM, SIGKILL after kill_after). An
+        unsupervised instance is decided here: its job's processes are killed. Instances
+        that could not be asked are retried by raising TransientError after all others."""
+        failed = []
+        for r in refs:
+            ref = _ref(r)
+            d = self._locate(ref.id)
+            try:
+                if d is None or (d / state.END).exists():
+                    continue
+                state.create_once(d / state.TERMINATE, {"at": self._clock.now().isoformat()})
+                self._view(ref.id, ref)  # settles an orphan or a dead launch now
+            except Exception as e:  # one bad instance never fails the others
+                failed.append(f"{ref.id}: {e}")
+        if failed:
+            raise TransientError(f"could not terminate {', '.join(failed)}")
 
-    def list_tagged(self, owner: str) -> list[Instance]:
+    def list_tagged(self, owner: str) -> list[TaggedResource]:
+        """Live instances carrying spotwise-owner=owner. Ended ones are gone, as a cloud's
+        terminated instances are; only the live markers are walked, never the history."""
         out = []
-        for spec in self._specs(live_only=True):
-            if spec.get("tags", {}).get(TAG_OWNER) != owner:
-                continue
-            inst = self._describe_one(spec["id"])
-            if inst.state != InstanceState.ENDED:
-                out.append(inst)
+        for iid in self._live_ids():
+            inst = self._view_safely(ResourceRef(iid))
+            if inst.live and inst.tags.get(TAG_OWNER) == owner:
+                created = _dt((self._spec(iid) or {}).get("created_at"))
+                out.append(TaggedResource(inst.ref, dict(inst.tags), True, created))
         return out
 
-    def find_by_token(self, token: str) -> Instance | None:
-        instance_id = instance_id_for(token)
-        if not (self.instances_dir / instance_id).exists():
-            return None
-        return self._describe_one(instance_id)
+    def find_by_token(self, token: str, region: str = "") -> list[Instance]:
+        """The instance of a single-node token, or the nodes of a gang's token family."""
+        found = []
+        if self._locate(instance_id_for(token)) is not None:
+            found.append(self._view_safely(ResourceRef(instance_id_for(token))))
+        else:
+            for node in range(self.capabilities.max_count):
+                iid = instance_id_for(LaunchRequest.node_token(_Family(token), node))  # type: ignore[arg-type]
+                if self._locate(iid) is None:
+                    break
+                found.append(self._view_safely(ResourceRef(iid)))
+        return [i for i in found if not region or not i.region or i.region == region]
+
+    def drain_events(self) -> list[ProviderEvent]:
+        out, self._events = self._events, []
+        return out
 
     # -- extras for the daemon, the demo and tests -------------------------------------------
-    def interrupt(self, instance_id: str) -> bool:
+    def interrupt(self, instance_id: ResourceRef | str) -> bool:
         """Force a cloud-style interruption now (notice, grace, SIGTERM, kill_after, SIGKILL),
         whatever the trace says. False if the instance is unknown or already ended."""
-        d = self._dir(instance_id)
+        d = self._locate(_ref(instance_id).id)
         if d is None or (d / state.END).exists():
             return False
         state.create_once(d / state.INTERRUPT, {"source": "manual"})
@@ -346,41 +523,90 @@ class LocalMarket:
     def poll(self) -> list[str]:
         """Request trace-driven interruptions due by the clock; ids newly interrupted.
         Needed under a simulated clock (describe() and list_tagged() also do it)."""
-        return [s["id"] for s in self._specs(live_only=True) if self._enforce_trace(s)]
+        out = []
+        for iid in self._live_ids():
+            spec = self._spec(iid)
+            with contextlib.suppress(Exception):
+                if spec is not None and self._enforce_trace(spec):
+                    out.append(iid)
+        return out
 
     def prune(self, older_than: timedelta) -> int:
         """Delete the directories (logs included) of instances that ended more than
-        `older_than` ago (real time); returns how many. Keeps a long-lived state_dir small."""
-        cutoff = datetime.now(UTC) - older_than
+        `older_than` ago (real time); returns how many. Reads only the ended index (no spec),
+        and re-checks each candidate under its lock (ended, no live marker, unsupervised), so
+        a live instance is never removed."""
+        index = self.state_dir / state.ENDED_INDEX
+        cutoff = time.time() - older_than.total_seconds()
         removed = 0
-        for d in self.instances_dir.glob("local-*"):
-            end = state.read_json(d / state.END)
-            ended_at = _dt(end.get("ended_at")) if end else None
-            if ended_at is not None and ended_at < cutoff:
-                _rmtree(d)
+        for line in state.read_lines(index):
+            parts = line.split()
+            if len(parts) != 2 or not _ID.fullmatch(parts[1]):
+                continue
+            try:
+                old = float(parts[0]) < cutoff
+            except ValueError:
+                continue
+            d = self.instances_dir / parts[1]
+            if old and d.is_dir() and self._remove_ended(d):
                 removed += 1
+                self._spec_cache.pop(parts[1], None)
+        if removed:
+            try:  # drop the entries whose directory is gone (and malformed ones)
+                state.rewrite_lines(
+                    index,
+                    lambda ln: (
+                        len(p := ln.split()) == 2
+                        and _ID.fullmatch(p[1]) is not None
+                        and (self.instances_dir / p[1]).is_dir()
+                    ),
+                )
+            except OSError as e:
+                self._warn("prune", f"cannot rewrite {index}: {e}")
+        for left in self.instances_dir.glob(".t*-*"):  # launches that died before the claim,
+            if left.name.startswith(".trash-") or _age_s(left) > 3600:  # prunes interrupted
+                _rmtree(left)
         return removed
 
-    def instance_dir(self, instance_id: str) -> Path:
+    def instance_dir(self, instance_id: ResourceRef | str) -> Path:
         """Where an instance's logs (stdout.log, stderr.log) and working directory live."""
-        return self.instances_dir / instance_id
+        return self.instances_dir / _ref(instance_id).id
 
     # -- internals ---------------------------------------------------------------------------
-    def _dir(self, instance_id: str) -> Path | None:
-        if not instance_id.startswith("local-") or "/" in instance_id:
+    def _locate(self, instance_id: str) -> Path | None:
+        if not _ID.fullmatch(instance_id):
             return None
         d = self.instances_dir / instance_id
-        return d if (d / state.SPEC).exists() else None
+        return d if d.is_dir() else None
 
-    def _specs(self, live_only: bool = False) -> list[dict[str, Any]]:
-        specs = []
-        for d in sorted(self.instances_dir.glob("local-*")):
-            if live_only and (d / state.END).exists():
-                continue
-            spec = state.read_json(d / state.SPEC)
+    def _spec(self, instance_id: str) -> dict[str, Any] | None:
+        """A spec never changes once written: read it once per market object."""
+        spec = self._spec_cache.get(instance_id)
+        if spec is None:
+            spec = state.read_json(self.instances_dir / instance_id / state.SPEC)
             if spec is not None:
-                specs.append(spec)
-        return specs
+                if len(self._spec_cache) >= _SPEC_CACHE_MAX:  # describes of old history
+                    self._spec_cache.clear()
+                self._spec_cache[instance_id] = spec
+        return spec
+
+    def _live_ids(self) -> list[str]:
+        """Instances not yet known to have ended (the hot set); drops stale markers."""
+        try:
+            names = sorted(os.listdir(self.live_dir))
+        except OSError as e:
+            self._warn("live", f"cannot list {self.live_dir}: {e}")
+            return []
+        out = []
+        for name in names:
+            if not _ID.fullmatch(name):
+                continue
+            if self._locate(name) is not None:
+                out.append(name)
+            elif _age_s(self.live_dir / name) > _STALE_MARKER_S:  # a launch died before its claim
+                with contextlib.suppress(OSError):
+                    (self.live_dir / name).unlink()
+        return out
 
     def _enforce_trace(self, spec: dict[str, Any]) -> bool:
         if spec["market"] != Market.SPOT.value or spec["trace"] != self.trace.name:
@@ -394,42 +620,177 @@ class LocalMarket:
             return False
         return state.create_once(d / state.INTERRUPT, {"source": "trace"})
 
-    def _describe_one(self, instance_id: str) -> Instance:
-        d = self._dir(instance_id)
-        spec = state.read_json(d / state.SPEC) if d else None
-        if d is None or spec is None:
-            return Instance(
-                id=instance_id, cloud="local", region="", zone="", instance_type="",
-                market=Market.SPOT, state=InstanceState.ENDED, end_reason=EndReason.UNKNOWN,
-            )  # fmt: skip
-        self._enforce_trace(spec)
-        job = state.read_json(d / state.JOB) or {}
-        end = state.read_json(d / state.END)
+    def _view_safely(self, ref: ResourceRef) -> Instance:
+        """describe() of one instance that never raises: a damaged directory is reported (an
+        event) and shown RUNNING while its supervisor or job lives, else ENDED/UNKNOWN."""
+        try:
+            return self._view(ref.id, ref)
+        except Exception as e:
+            self._warn(ref.id, f"unreadable instance state: {e!r}")
+        d = self.instances_dir / ref.id
+        alive = False
+        with contextlib.suppress(Exception):
+            alive = state.supervisor_alive(d) or state.kill_job(ref.id, None)[1] > 0
+        inst = not_found(ref, self.name)
+        inst.state = InstanceState.RUNNING if alive else InstanceState.ENDED
+        inst.end_reason = None if alive else EndReason.UNKNOWN
+        return inst
+
+    def _view(self, instance_id: str, ref: ResourceRef | None = None) -> Instance:
+        ref = ref or ResourceRef(instance_id)
+        d = self._locate(instance_id)
+        if d is None:
+            return not_found(ref, self.name)
+        spec = self._spec(instance_id)
+        if spec is None:
+            self._warn(instance_id, "spec.json is missing or corrupt")
+            spec = {}
+        else:
+            try:
+                self._enforce_trace(spec)
+            except (KeyError, TypeError, ValueError) as e:
+                self._warn(instance_id, f"cannot follow the trace: {e!r}")
+        job = state.read_json(d / state.JOB)
+        end = _end_record(d)
+        alive = end is None and state.supervisor_alive(d)
+        if end is None and not alive:
+            end = self._settle(instance_id, d)
+            job = state.read_json(d / state.JOB)
         notice = state.read_json(d / state.NOTICE)
         inst = Instance(
             id=instance_id,
-            cloud=spec["cloud"],
-            region=spec["region"],
-            zone=spec["zone"],
-            instance_type=spec["instance_type"],
-            market=Market(spec["market"]),
+            cloud=spec.get("cloud", ""),
+            region=spec.get("region", ref.region),
+            zone=spec.get("zone", ref.zone),
+            instance_type=spec.get("instance_type", ""),
+            market=Market(spec.get("market", Market.ON_DEMAND.value)),
             state=InstanceState.PENDING,
-            tags=dict(spec["tags"]),
-            launched_at=self._clock_from_real(_dt(job.get("started_at")))
-            or _dt(spec["created_at"]),
-            notice_at=self._clock_from_real(_dt(notice.get("noticed_at")) if notice else None),
+            tags=dict(spec.get("tags", {})),
+            # Billing starts when the job process started, not when the spec was written.
+            launched_at=self._clock_from_real(_dt((job or {}).get("started_at"))),
+            notice_at=self._clock_from_real(_dt((notice or {}).get("noticed_at"))),
+            node=int(spec.get("node", 0)),
         )
         if end is not None:
             inst.state = InstanceState.ENDED
-            inst.end_reason = EndReason(end["reason"])
+            inst.end_reason = _reason(end.get("reason"))
             inst.exit_code = end.get("exit_code")
             inst.ended_at = self._clock_from_real(_dt(end.get("ended_at")))
-        elif state.supervisor_alive(d):
-            inst.state = InstanceState.RUNNING if job else InstanceState.PENDING
-        elif job or (d / state.SUPERVISOR).exists() or _age_s(d / state.SPEC) > _ORPHAN_AFTER_S:
-            inst.state = InstanceState.ENDED  # the supervisor died without recording an end
-            inst.end_reason = EndReason.UNKNOWN
+            failure = end.get("failure")
+            if inst.end_reason is EndReason.LAUNCH_FAILED and isinstance(failure, dict):
+                inst.failure = LaunchFailure(
+                    FailureKind(failure.get("kind", FailureKind.FATAL.value)),
+                    str(failure.get("message", "")),
+                    inst.pool if inst.instance_type else None,
+                )
+            self._retire(instance_id, d, end)
+        elif job is not None or (d / state.JOB).exists():
+            # Only once the job process really started; without a supervisor only while its
+            # processes survive being killed (otherwise _settle has recorded an end).
+            inst.state = InstanceState.RUNNING
         return inst
+
+    def _settle(self, instance_id: str, d: Path) -> dict[str, Any] | None:
+        """Record the end of an instance nobody supervises, holding both its locks (so no
+        launch or supervisor can start meanwhile); None while a launch or supervisor holds
+        them (still PENDING/RUNNING). A job whose supervisor died is killed, whole group."""
+        try:
+            launch_lock = state.try_lock(d / state.LAUNCH_LOCK)
+        except OSError:
+            return _end_record(d)  # gone or read-only: report what is recorded
+        if launch_lock is None:
+            return None  # a launch is in progress: it may still complete
+        try:
+            sup_lock = state.try_lock(d / state.LOCK)
+            if sup_lock is None:
+                return None  # a supervisor owns it (it just started)
+            try:
+                end = _end_record(d)
+                if end is not None:
+                    return end
+                job = state.read_json(d / state.JOB) or {}
+                pgid = job.get("pid") if isinstance(job.get("pid"), int) else None
+                ran = (d / state.JOB).exists() or (d / state.SUPERVISOR).exists()
+                killed, left = state.kill_job(instance_id, pgid) if ran else (0, 0)
+                if left:  # unkillable (D state): it still runs, so it has not ended
+                    self._warn(instance_id, f"{left} processes of an unsupervised job survive")
+                    return None
+                now = datetime.now(UTC).isoformat()
+                if (d / state.JOB).exists() or killed:
+                    end = {
+                        "reason": EndReason.UNKNOWN.value,
+                        "exit_code": None,
+                        "ended_at": now,
+                        "note": "the supervisor died; its job was killed",
+                    }
+                    if killed:
+                        self._warn(instance_id, "supervisor died: killed its job's processes")
+                elif (d / state.TERMINATE).exists():
+                    end = {"reason": EndReason.TERMINATED.value, "exit_code": None, "ended_at": now}
+                else:
+                    why = (
+                        "the supervisor died before starting the job"
+                        if ran
+                        else "the launch was interrupted before the job started"
+                    )
+                    failure = {"kind": FailureKind.FATAL.value, "message": why}
+                    end = {
+                        "reason": EndReason.LAUNCH_FAILED.value,
+                        "exit_code": None,
+                        "ended_at": now,
+                        "failure": failure,
+                    }
+                try:
+                    state.write_json(d / state.END, end)
+                except OSError as e:  # a full disk: the verdict holds for this call
+                    self._warn(instance_id, f"cannot record the end: {e}")
+                return end
+            finally:
+                _unlock(sup_lock)
+        finally:
+            _unlock(launch_lock)
+
+    def _retire(self, instance_id: str, d: Path, end: dict[str, Any]) -> None:
+        """An ended instance leaves the hot set and enters the ended index (for prune)."""
+        marker = self.live_dir / instance_id
+        if not marker.exists():
+            return
+        try:
+            ended = _dt(end.get("ended_at"))
+            ts = ended.timestamp() if ended else time.time()
+            state.append_line(self.state_dir / state.ENDED_INDEX, f"{ts:.3f} {instance_id}")
+            marker.unlink(missing_ok=True)
+        except (OSError, ValueError) as e:
+            self._warn(instance_id, f"cannot retire: {e}")
+
+    def _remove_ended(self, d: Path) -> bool:
+        """Remove one ended, unsupervised instance; renamed away first so a concurrent
+        describe sees it whole or NOT_FOUND, never half deleted (and never settles it)."""
+        try:
+            lock = state.try_lock(d / state.LOCK)
+        except OSError:
+            return False
+        if lock is None:
+            return False
+        try:
+            if not (d / state.END).exists() or (self.live_dir / d.name).exists():
+                return False
+            trash = self.instances_dir / f".trash-{d.name}-{uuid.uuid4().hex[:8]}"
+            try:
+                os.rename(d, trash)
+            except OSError:
+                return False
+        finally:
+            _unlock(lock)
+        _rmtree(trash)
+        return True
+
+    def _warn(self, key: str, message: str) -> None:
+        """An event for the daemon's log, once per (instance, message) per market object."""
+        if (key, message) in self._warned:
+            return
+        self._warned.add((key, message))
+        self._events.append(ProviderEvent(f"local: {key}: {message}"))
 
 
 def suggest_trace_start(
@@ -452,6 +813,50 @@ def suggest_trace_start(
             return timedelta(seconds=t.offset_of_tick(outage)) - lead
         tick = outage + need
     raise ValueError(f"trace {trace} has no outage for {pool} preceded by {lead} of capacity")
+
+
+class _Family:
+    """A gang's token family, for LaunchRequest.node_token (one definition of node tokens)."""
+
+    count = 2
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _ref(r: ResourceRef | str) -> ResourceRef:
+    return r if isinstance(r, ResourceRef) else ResourceRef(str(r))
+
+
+def _started(d: Path) -> bool:
+    return any((d / f).exists() for f in (state.SUPERVISOR, state.JOB, state.END))
+
+
+def _end_record(d: Path) -> dict[str, Any] | None:
+    """end.json; a damaged one still means the instance ended (reason unknown)."""
+    end = state.read_json(d / state.END)
+    if end is None and (d / state.END).exists():
+        return {"reason": EndReason.UNKNOWN.value}
+    return end
+
+
+def _reason(value: Any) -> EndReason:
+    try:
+        return EndReason(value)
+    except ValueError:
+        return EndReason.UNKNOWN
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return time.time()
 
 
 def _age_s(path: Path) -> float:

@@ -5,16 +5,25 @@ reader never sees half a record and either process may crash at any point.
 
     <state_dir>/epoch            real (or clock) time at which market time started; never moved
     <state_dir>/market.json      speedup, trace, trace_start offset, self_watch, grace, kill_after
-    <state_dir>/instances/<id>/  spec.json, supervisor.lock, supervisor.json, job.json,
-                                 notice.json (the job's notice file), end.json,
+    <state_dir>/instances/<id>/  spec.json, launch.lock, supervisor.lock, supervisor.json,
+                                 job.json, notice.json (the job's notice file), end.json,
                                  interrupt.request, terminate.request, stdout.log, stderr.log, work/
+    <state_dir>/live/<id>        an empty marker per instance not yet seen ended: the hot set
+                                 listings walk, so they never touch the history
+    <state_dir>/ended.index      "<ended_at epoch s> <id>" per retired instance: what prune reads
+
+Locks (flock, so they die with their holder): the launcher holds launch.lock from writing the
+spec until the supervisor has started the job; the supervisor holds supervisor.lock for its
+whole life. Whoever records a verdict for an unsupervised instance holds both.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +38,10 @@ NOTICE = "notice.json"
 END = "end.json"
 INTERRUPT = "interrupt.request"
 TERMINATE = "terminate.request"
+LAUNCH_LOCK = "launch.lock"
+ENDED_DIR = "ended"
+# In every job's environment: finds its processes even after they left its process group.
+ENV_INSTANCE_ID = "SPOTWISE_INSTANCE_ID"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -40,12 +53,15 @@ def write_json(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
-def read_json(path: Path) -> Any | None:
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A record, or None when absent or unreadable (corrupt, truncated, not an object): one
+    damaged file must never make a caller raise."""
     try:
         with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
+            doc = json.load(f)
+    except (OSError, ValueError):
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def create_once(path: Path, data: Any) -> bool:
@@ -61,9 +77,25 @@ def create_once(path: Path, data: Any) -> bool:
 
 def supervisor_alive(instance_dir: Path) -> bool:
     """The supervisor holds an flock on its lock file for its whole life (robust to pid reuse)."""
+    return lock_held(instance_dir / LOCK)
+
+
+def try_lock(path: Path) -> int | None:
+    """An exclusive flock on `path` (created if missing) without waiting: the fd, or None if
+    someone holds it. Raises FileNotFoundError if the directory is gone (moved)."""
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
     try:
-        fd = os.open(instance_dir / LOCK, os.O_RDONLY)
-    except FileNotFoundError:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def lock_held(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
@@ -72,6 +104,82 @@ def supervisor_alive(instance_dir: Path) -> bool:
     finally:
         os.close(fd)  # closing drops our probe lock if we got it
     return False
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, pgrp) of a process from /proc, None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return fields[0].decode(), int(fields[2])
+    except (IndexError, ValueError):
+        return None
+
+
+def _has_marker(pid: int, marker: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return marker in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def job_processes(instance_id: str, pgid: int | None) -> tuple[set[int], set[int]]:
+    """Live (non-zombie) processes of one instance's job: (process groups, lone pids).
+
+    A process is the job's if it carries the instance's marker in its environment, so a
+    recycled pgid is never mistaken for the job; a marked process outside the job's group (a
+    setsid'd child) comes back as a lone pid. Without /proc: the recorded group, trusted."""
+    marker = f"{ENV_INSTANCE_ID}={instance_id}".encode()
+    groups: set[int] = set()
+    lone: set[int] = set()
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return ({pgid} if pgid else set()), set()
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        st = _proc_stat(pid)
+        if st is None or st[0] in ("Z", "X") or not _has_marker(pid, marker):
+            continue
+        if pgid and st[1] == pgid:
+            groups.add(pgid)
+        else:
+            lone.add(pid)
+    return groups, lone
+
+
+def kill_job(instance_id: str, pgid: int | None, within_s: float = 2.0) -> tuple[int, int]:
+    """SIGKILL every process of the job (its group, then stragglers) until none is left or
+    `within_s` passes: (groups/processes found alive at first, still alive at the end)."""
+    if not os.path.isdir("/proc"):
+        if pgid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        return (1 if pgid else 0), 0
+    deadline = time.monotonic() + within_s
+    found = -1
+    while True:
+        groups, lone = job_processes(instance_id, pgid)
+        if found < 0:
+            found = len(groups) + len(lone)
+        if not groups and not lone:
+            return found, 0
+        if time.monotonic() > deadline:
+            return found, len(groups) + len(lone)
+        for g in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(g, signal.SIGKILL)
+        for p in lone:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, signal.SIGKILL)
+        time.sleep(0.02)
 
 
 def ensure_epoch(state_dir: Path, now: datetime) -> datetime:
@@ -115,3 +223,47 @@ def load_market(state_dir: Path) -> tuple[MarketTime, dict[str, Any]] | None:
         return None
     epoch = datetime.fromisoformat(epoch_file.read_text().strip())
     return MarketTime(epoch, float(cfg["speedup"]), float(cfg["trace_start_s"])), cfg
+
+
+ENDED_INDEX = "ended.index"  # "<ended_at epoch seconds> <id>" per line, for prune
+
+
+def _locked(path: Path) -> int:
+    """An fd on `path` holding its exclusive flock, on the file the name points at now (a
+    rewrite replaces the file; a writer that locked the old one tries again)."""
+    while True:
+        fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        with contextlib.suppress(FileNotFoundError):
+            if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                return fd
+        os.close(fd)
+
+
+def append_line(path: Path, line: str) -> None:
+    fd = _locked(path)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def rewrite_lines(path: Path, keep: Any) -> None:
+    """Drop the lines `keep(line)` rejects, atomically and under the index's lock."""
+    fd = _locked(path)
+    try:
+        lines = read_lines(path)
+        kept = [line for line in lines if keep(line)]
+        if len(kept) != len(lines):
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text("".join(f"{line}\n" for line in kept))
+            os.replace(tmp, path)
+    finally:
+        os.close(fd)

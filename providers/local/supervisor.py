@@ -6,11 +6,18 @@ records the job's pid and end, and delivers interruptions the way clouds do: the
 then SIGTERM to the job's process group after the grace period, then SIGKILL after kill_after.
 Interruptions come from the trace (when the market runs on real time), from an
 interrupt.request file (the daemon-side market or a test), or terminate.request (no notice).
+
+Nothing of the job may outlive its supervisor (a second attempt would run beside it on the
+same checkpoints): the job's leader gets PR_SET_PDEATHSIG (Linux), any exception in the loop
+kills the job's group, and the market kills what is left of a job whose supervisor died.
+When the job ends, its exit code goes to end.json and, as the cloud wrapper would write it,
+to exits/<attempt>.json in the job's (local) checkpoint store.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import os
 import signal
@@ -23,9 +30,31 @@ from typing import Any
 
 from providers.local import state
 from providers.local.trace import load_trace
+from trainer import contract
 
 POLL_S = 0.2  # request files and job exit; cheap: two stat() calls
 TRACE_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Any:
+    """A preexec_fn: SIGKILL the job's leader when this supervisor dies (Linux only). libc is
+    loaded here, before fork; the child only calls into it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None  # the market's sweep still kills an orphaned job
+    parent = os.getpid()
+
+    def preexec() -> None:
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+        if os.getppid() != parent:  # the supervisor died before prctl: do not run at all
+            os._exit(1)
+
+    return preexec
 
 
 def _now() -> datetime:
@@ -42,6 +71,7 @@ class Supervisor:
         self.stop_requested = False
         self._trace_checked = 0.0
         self._outage_cache: tuple[Any, int | None] | None = None
+        self._trace_error_shown = False
 
     # -- job ---------------------------------------------------------------------------------
     def start(self) -> subprocess.Popen[bytes] | None:
@@ -57,22 +87,49 @@ class Supervisor:
                     stdout=out,
                     stderr=err,
                     start_new_session=True,  # own process group: signals reach its children
+                    preexec_fn=_die_with_parent(),
                 )
-            except OSError as e:
+            except (OSError, ValueError, subprocess.SubprocessError) as e:
                 msg = f"spotwise-local: cannot start {self.spec['command'][0]!r}: {e}\n"
                 err.write(msg.encode())
                 code = 126 if isinstance(e, PermissionError) else 127
-                state.write_json(self.dir / state.END, self._end("exited", code))
+                self.finish("exited", code)
                 return None
-        state.write_json(self.dir / state.JOB, {"pid": proc.pid, "started_at": _now().isoformat()})
+        try:
+            state.write_json(
+                self.dir / state.JOB, {"pid": proc.pid, "started_at": _now().isoformat()}
+            )
+        except BaseException:
+            _killpg(proc.pid, signal.SIGKILL)  # a job nobody can find must not run
+            proc.wait()
+            raise
         return proc
+
+    def finish(self, reason: str, exit_code: int | None) -> None:
+        """Record the end: the exit record first, so whoever sees end.json finds it too."""
+        if exit_code is not None:
+            try:
+                write_exit_record(dict(self.spec["env"]), self.dir / "work", exit_code)
+            except Exception as e:  # never lose end.json over the checkpoint store
+                print(f"spotwise-local: cannot write the exit record: {e}", file=sys.stderr)
+        state.write_json(self.dir / state.END, self._end(reason, exit_code))
 
     def _end(self, reason: str, exit_code: int | None) -> dict[str, Any]:
         return {"reason": reason, "exit_code": exit_code, "ended_at": _now().isoformat()}
 
     # -- interruption sources ----------------------------------------------------------------
     def trace_outage(self) -> bool:
-        """True once the trace has taken this spot pool's capacity away since launch."""
+        """True once the trace has taken this spot pool's capacity away since launch. A
+        market.json being rewritten (or damaged) reads as "no outage yet", never kills the job."""
+        try:
+            return self._trace_outage()
+        except Exception as e:
+            if not self._trace_error_shown:
+                self._trace_error_shown = True
+                print(f"spotwise-local: cannot read the trace state: {e!r}", file=sys.stderr)
+            return False
+
+    def _trace_outage(self) -> bool:
         if self.spec["market"] != "spot":
             return False
         t = time.monotonic()
@@ -95,6 +152,14 @@ class Supervisor:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            self._run(proc)
+        finally:
+            _killpg(
+                proc.pid, signal.SIGKILL
+            )  # the instance is gone: nothing of the job outlives it
+
+    def _run(self, proc: subprocess.Popen[bytes]) -> None:
         reason: str | None = None
         term_at: float | None = None  # monotonic deadlines
         kill_at: float | None = None
@@ -107,14 +172,17 @@ class Supervisor:
             elif reason is None and ((self.dir / state.INTERRUPT).exists() or self.trace_outage()):
                 reason, term_at = "interrupted", now + self.grace
                 noticed = _now()
-                state.write_json(
-                    self.dir / state.NOTICE,
-                    {
-                        "action": "terminate",
-                        "time": (noticed + timedelta(seconds=self.grace)).isoformat(),
-                        "noticed_at": noticed.isoformat(),
-                    },
-                )
+                try:  # a full disk loses the notice, never the interruption
+                    state.write_json(
+                        self.dir / state.NOTICE,
+                        {
+                            "action": "terminate",
+                            "time": (noticed + timedelta(seconds=self.grace)).isoformat(),
+                            "noticed_at": noticed.isoformat(),
+                        },
+                    )
+                except OSError as e:
+                    print(f"spotwise-local: cannot write the notice: {e}", file=sys.stderr)
             elif reason == "interrupted" and terminate and term_at is not None:
                 term_at = min(term_at, now)  # a terminate during the notice cuts it short
             if term_at is not None and now >= term_at:
@@ -130,9 +198,27 @@ class Supervisor:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=max(timeout, 0.005))
         rc = proc.returncode
-        _killpg(pgid, signal.SIGKILL)  # the instance is gone: nothing of the job outlives it
-        exit_code = rc if rc >= 0 else 128 - rc
-        state.write_json(self.dir / state.END, self._end(reason or "exited", exit_code))
+        _killpg(pgid, signal.SIGKILL)
+        self.finish(reason or "exited", rc if rc >= 0 else 128 - rc)
+
+
+def write_exit_record(env: dict[str, str], work: Path, exit_code: int) -> None:
+    """exits/<N>.json in the job's checkpoint store (N = $SPOTWISE_ATTEMPT), as a cloud
+    instance's wrapper writes it; local stores only (s3 is the trainer's own business)."""
+    uri, attempt = env.get(contract.ENV_CHECKPOINT_URI), contract.my_attempt(env)
+    if not uri or attempt is None:
+        return
+    try:
+        loc = contract.parse_uri(uri)
+    except ValueError:
+        return
+    if not loc.is_local:
+        return
+    path = work / loc.file(contract.exit_name(attempt))  # relative: as the job saw it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(contract.exit_doc(attempt, exit_code))
+    os.replace(tmp, path)
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:
@@ -153,6 +239,9 @@ def main(argv: list[str]) -> int:
         return 0  # another supervisor already owns this instance
     if (instance_dir / state.END).exists() or (instance_dir / state.JOB).exists():
         return 0  # already ran once; never start the job twice
+    if (instance_dir / state.TERMINATE).exists():  # terminated while its launch was pending
+        Supervisor(instance_dir, spec).finish("terminated", None)
+        return 0
     # Daemonize: the launcher reaps the parent once the job is started; the child (which
     # shares the locked file description) is re-parented and outlives the daemon.
     r, w = os.pipe()

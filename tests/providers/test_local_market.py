@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from providers.base import CapacityUnavailable, LaunchRequest, Market, Offering, Provider
+from providers.base import (
+    CapacityUnavailable,
+    LaunchRejected,
+    LaunchRequest,
+    Market,
+    Offering,
+    Provider,
+)
 from providers.local import LocalMarket, LocalSettings
 from providers.local.market import suggest_trace_start
 from providers.local.trace import load_trace
@@ -105,7 +112,7 @@ def test_launch_into_unavailable_pool_raises_capacity_unavailable(tmp_path: Path
     with pytest.raises(CapacityUnavailable) as e:
         m.launch(req)
     assert e.value.pool == POOL
-    assert m.find_by_token("t") is None
+    assert m.find_by_token("t") == []
 
 
 def test_epoch_persists_across_restarts(tmp_path: Path) -> None:
@@ -139,3 +146,44 @@ def test_trace_start_as_time_must_lie_inside_the_trace() -> None:
         LocalSettings(trace_start="2024-01-01T00:00:00Z")
     s = LocalSettings(trace_start="2023-02-16T00:00:00Z")
     assert isinstance(s.trace_start, datetime)
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        ([], {}),
+        ("sleep 30", {}),  # a string, not an argv
+        (["sleep", "1\0"], {}),
+        (["true"], {"A=B": "x"}),  # crashed the supervisor once, relaunched until it gave up
+        (["true"], {"NOT A NAME": "x"}),
+        (["true"], {"1X": "x"}),
+        (["true"], {"X": "a\0b"}),
+        (["true"], {"X": "\ud800"}),  # not encodable for exec
+        (["x" * (128 * 1024)], {}),
+    ],
+)
+def test_a_malformed_request_is_rejected_before_anything_starts(
+    tmp_path: Path, command: object, env: dict[str, str]
+) -> None:
+    m = market(tmp_path, FakeClock())
+    od = next(o for o in m.offerings() if o.market is Market.ON_DEMAND)
+    req = LaunchRequest(token="bad", offering=od, command=command, env=env, tags={})  # type: ignore[arg-type]
+    with pytest.raises(LaunchRejected) as e:
+        m.launch(req)
+    assert "\0" not in str(e.value) and "a\0b" not in str(e.value)
+    assert m.find_by_token("bad") == [] and not list((tmp_path / "instances").iterdir())
+
+
+@pytest.mark.parametrize("count", [0, 9])
+def test_gang_size_is_bounded_by_the_capabilities(tmp_path: Path, count: int) -> None:
+    m = market(tmp_path, FakeClock())
+    assert m.capabilities.max_count == 8 and m.capabilities.idempotency_window is None
+    od = next(o for o in m.offerings() if o.market is Market.ON_DEMAND)
+    req = LaunchRequest(token="g", offering=od, command=["true"], env={}, tags={}, count=count)
+    with pytest.raises(LaunchRejected):
+        m.launch(req)
+
+
+def test_labels_are_stored_as_given(tmp_path: Path) -> None:
+    caps = market(tmp_path, FakeClock()).capabilities
+    assert caps.label("Job: ü/x y\n") == "Job: ü/x y\n" and caps.visibility_delay == timedelta(0)

@@ -17,14 +17,16 @@ import pytest
 from providers.base import (
     TAG_OWNER,
     EndReason,
+    FailureKind,
     FatalError,
     Instance,
     InstanceState,
     LaunchRequest,
     Market,
     Offering,
+    ResourceRef,
 )
-from providers.local import LocalMarket, LocalSettings
+from providers.local import LocalMarket, LocalSettings, state
 from providers.local.market import suggest_trace_start
 
 pytestmark = pytest.mark.timeout(30)
@@ -72,9 +74,23 @@ def wait_for(pred: Callable[[], bool], timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
+def describe(m: LocalMarket, instance_id: str) -> Instance:
+    (inst,) = m.describe([ResourceRef(instance_id)])
+    return inst
+
+
 def wait_ended(m: LocalMarket, instance_id: str, timeout: float = 10.0) -> Instance:
-    wait_for(lambda: m.describe([instance_id])[0].state == InstanceState.ENDED, timeout)
-    return m.describe([instance_id])[0]
+    wait_for(lambda: describe(m, instance_id).state == InstanceState.ENDED, timeout)
+    return describe(m, instance_id)
+
+
+def launch(m: LocalMarket, req: LaunchRequest) -> Instance:
+    (inst,) = m.launch(req)
+    return inst
+
+
+def refs(*ids: str) -> list[ResourceRef]:
+    return [ResourceRef(i) for i in ids]
 
 
 def events(path: Path) -> dict[str, float]:
@@ -87,15 +103,18 @@ def events(path: Path) -> dict[str, float]:
 def state_dir(tmp_path: Path) -> Iterator[Path]:
     d = tmp_path / "state"
     yield d
-    # Leave no process behind, whatever the test did: kill what our supervisors started.
+    kill_everything(d)
+
+
+def kill_everything(d: Path) -> None:
+    """Leave no process behind, whatever the test did: kill what our supervisors started."""
     for inst in (d / "instances").glob("local-*"):
-        for name in ("job.json", "supervisor.json"):
-            with contextlib.suppress(Exception):
-                pid = json.loads((inst / name).read_text())["pid"]
-                if not (inst / "end.json").exists():
-                    os.kill(pid, signal.SIGKILL)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            if not (inst / "end.json").exists():
+                os.kill(json.loads((inst / "supervisor.json").read_text())["pid"], signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            job = json.loads((inst / "job.json").read_text())["pid"]
+            state.kill_job(inst.name, job)
 
 
 def make_market(state_dir: Path, clock: object = None, **kw: object) -> LocalMarket:
@@ -135,7 +154,7 @@ def test_launch_runs_command_with_contract_env(state_dir: Path, tmp_path: Path) 
     m = make_market(state_dir)
     out = tmp_path / "env.json"
     code = f"import json, os; json.dump(dict(os.environ), open({str(out)!r}, 'w'))"
-    inst = m.launch(request(m, py(code), env={"SPOTWISE_JOB_ID": "j1", "SPOTWISE_ATTEMPT": "2"}))
+    inst = launch(m, request(m, py(code), env={"SPOTWISE_JOB_ID": "j1", "SPOTWISE_ATTEMPT": "2"}))
     assert inst.id.startswith("local-") and inst.cloud == "aws"
     assert inst.state in (InstanceState.RUNNING, InstanceState.ENDED)
     assert inst.tags[TAG_OWNER] == "tester" and inst.launched_at is not None
@@ -154,25 +173,25 @@ def test_launch_is_idempotent_on_token(state_dir: Path, tmp_path: Path) -> None:
     m = make_market(state_dir)
     marker = tmp_path / "starts"
     cmd = ["sh", "-c", f"echo x >> {marker}; sleep 30"]
-    a = m.launch(request(m, cmd))
-    b = m.launch(request(m, cmd))
-    c = make_market(state_dir).launch(request(m, cmd))  # a restarted daemon retrying
+    a = launch(m, request(m, cmd))
+    b = launch(m, request(m, cmd))
+    c = launch(make_market(state_dir), request(m, cmd))  # a restarted daemon retrying
     assert a.id == b.id == c.id
-    found = m.find_by_token("tok-1")
-    assert found is not None and found.id == a.id and found.state == InstanceState.RUNNING
+    (found,) = m.find_by_token("tok-1")
+    assert found.id == a.id and found.state == InstanceState.RUNNING
     wait_for(lambda: marker.exists())
     time.sleep(0.3)  # a second (wrong) start would have written by now
     assert marker.read_text() == "x\n"
-    other = m.launch(request(m, cmd, token="tok-2"))
+    other = launch(m, request(m, cmd, token="tok-2"))
     assert other.id != a.id
-    m.terminate([a.id, other.id])
+    m.terminate(refs(a.id, other.id))
     assert wait_ended(m, a.id).end_reason == EndReason.TERMINATED
 
 
 def test_job_exit_code_and_missing_executable(state_dir: Path) -> None:
     m = make_market(state_dir)
-    a = m.launch(request(m, ["sh", "-c", "echo hi; exit 3"], token="a"))
-    b = m.launch(request(m, ["/nonexistent/prog"], token="b"))
+    a = launch(m, request(m, ["sh", "-c", "echo hi; exit 3"], token="a"))
+    b = launch(m, request(m, ["/nonexistent/prog"], token="b"))
     ea, eb = wait_ended(m, a.id), wait_ended(m, b.id)
     assert (ea.end_reason, ea.exit_code) == (EndReason.EXITED, 3)
     assert ea.ended_at is not None and ea.ended_at >= ea.launched_at  # type: ignore[operator]
@@ -185,7 +204,7 @@ def test_job_exit_code_and_missing_executable(state_dir: Path) -> None:
 def test_forced_interrupt_notice_then_sigterm(state_dir: Path, tmp_path: Path) -> None:
     m = make_market(state_dir)
     out = tmp_path / "events"
-    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    inst = launch(m, request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
     wait_for(lambda: "start" in events(out))
     assert m.interrupt(inst.id)
     ended = wait_ended(m, inst.id)
@@ -205,7 +224,7 @@ def test_job_ignoring_sigterm_is_killed(state_dir: Path, tmp_path: Path) -> None
     m = make_market(state_dir)
     out = tmp_path / "events"
     env = {"OUT": str(out), "IGNORE": "1"}
-    inst = m.launch(request(m, py(TRAP_JOB), env=env, pool=POOL))
+    inst = launch(m, request(m, py(TRAP_JOB), env=env, pool=POOL))
     wait_for(lambda: "start" in events(out))
     m.interrupt(inst.id)
     wait_for(lambda: "term" in events(out))
@@ -225,9 +244,9 @@ def test_trace_driven_interruption_on_real_time(state_dir: Path, tmp_path: Path)
     when = m.next_unavailability(POOL)
     assert when is not None and when - m.time.epoch == timedelta(seconds=1.5)
     out = tmp_path / "events"
-    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
-    od = m.launch(
-        request(m, ["sleep", "30"], token="od", pool="aws/us-east-1c/p3.2xlarge/on-demand")
+    inst = launch(m, request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    od = launch(
+        m, request(m, ["sleep", "30"], token="od", pool="aws/us-east-1c/p3.2xlarge/on-demand")
     )
     # Only the supervisor watches the trace here: wait on the job's own record, not describe().
     wait_for(lambda: "term" in events(out), timeout=8)
@@ -235,51 +254,53 @@ def test_trace_driven_interruption_on_real_time(state_dir: Path, tmp_path: Path)
     ended = wait_ended(m, inst.id)
     assert ended.end_reason == EndReason.INTERRUPTED
     assert POOL not in {o.pool for o in m.offerings()}
-    assert m.describe([od.id])[0].state == InstanceState.RUNNING  # on-demand is never interrupted
-    m.terminate([od.id])
+    assert describe(m, od.id).state == InstanceState.RUNNING  # on-demand is never interrupted
+    m.terminate(refs(od.id))
     assert wait_ended(m, od.id).end_reason == EndReason.TERMINATED
 
 
 def test_trace_driven_interruption_on_simulated_clock(state_dir: Path) -> None:
     clock = FakeClock()
     m = make_market(state_dir, clock=clock, speedup=60.0)
-    inst = m.launch(request(m, ["sleep", "30"], pool=POOL))
+    inst = launch(m, request(m, ["sleep", "30"], pool=POOL))
     when = m.next_unavailability(POOL)
     assert when is not None
     clock.t = when - timedelta(seconds=1)
-    assert m.poll() == [] and m.describe([inst.id])[0].notice_at is None
+    assert m.poll() == [] and describe(m, inst.id).notice_at is None
     clock.t = when
     assert m.poll() == [inst.id]
-    wait_for(lambda: m.describe([inst.id])[0].notice_at is not None)
-    assert m.describe([inst.id])[0].state == InstanceState.RUNNING  # inside the grace period
+    wait_for(lambda: describe(m, inst.id).notice_at is not None)
+    assert describe(m, inst.id).state == InstanceState.RUNNING  # inside the grace period
     assert wait_ended(m, inst.id).end_reason == EndReason.INTERRUPTED
 
 
 def test_restarted_market_readopts_running_processes(state_dir: Path) -> None:
     clock = FakeClock()
     first = make_market(state_dir, clock=clock)
-    inst = first.launch(request(first, ["sleep", "30"]))
+    inst = launch(first, request(first, ["sleep", "30"]))
     del first
     second = make_market(state_dir, clock=clock)  # the daemon restarted
     live = second.list_tagged("tester")
-    assert [i.id for i in live] == [inst.id] and live[0].state == InstanceState.RUNNING
+    assert [t.ref.id for t in live] == [inst.id] and live[0].live
+    assert describe(second, inst.id).state == InstanceState.RUNNING
     assert second.list_tagged("someone-else") == []
-    found = second.find_by_token("tok-1")
-    assert found is not None and found.id == inst.id
-    second.terminate([inst.id])
-    second.terminate([inst.id])  # repeating is fine
+    assert [i.id for i in second.find_by_token("tok-1")] == [inst.id]
+    second.terminate(refs(inst.id))
+    second.terminate(refs(inst.id))  # repeating is fine
     ended = wait_ended(second, inst.id)
     assert ended.end_reason == EndReason.TERMINATED and ended.notice_at is None
     assert ended.exit_code == 128 + signal.SIGTERM
-    second.terminate([inst.id, "local-0000000000000000", "i-unknown"])  # ended/unknown: no error
+    second.terminate(
+        refs(inst.id, "local-0000000000000000", "i-unknown")
+    )  # ended/unknown: no error
 
 
 def test_terminate_sends_sigterm_without_notice(state_dir: Path, tmp_path: Path) -> None:
     m = make_market(state_dir)
     out = tmp_path / "events"
-    inst = m.launch(request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
+    inst = launch(m, request(m, py(TRAP_JOB), env={"OUT": str(out)}, pool=POOL))
     wait_for(lambda: "start" in events(out))
-    m.terminate([inst.id])
+    m.terminate(refs(inst.id))
     ended = wait_ended(m, inst.id)
     assert ended.end_reason == EndReason.TERMINATED and ended.exit_code == 0
     assert "term" in events(out) and "notice:terminate" not in events(out)
@@ -287,15 +308,14 @@ def test_terminate_sends_sigterm_without_notice(state_dir: Path, tmp_path: Path)
 
 def test_unknown_and_orphaned_instances(state_dir: Path) -> None:
     m = make_market(state_dir)
-    (unknown,) = m.describe(["local-ffffffffffffffff"])
-    assert (unknown.state, unknown.end_reason) == (InstanceState.ENDED, EndReason.UNKNOWN)
-    inst = m.launch(request(m, ["sleep", "30"]))
+    unknown = describe(m, "local-ffffffffffffffff")
+    assert unknown.id == "local-ffffffffffffffff" and unknown.state == InstanceState.NOT_FOUND
+    assert describe(m, "i-not-ours").state == InstanceState.NOT_FOUND
+    inst = launch(m, request(m, ["sleep", "30"]))
     sup = json.loads((m.instance_dir(inst.id) / "supervisor.json").read_text())["pid"]
-    job = json.loads((m.instance_dir(inst.id) / "job.json").read_text())["pid"]
     os.kill(sup, signal.SIGKILL)  # the supervisor dies without recording an end
     ended = wait_ended(m, inst.id)
     assert ended.end_reason == EndReason.UNKNOWN and ended.market == Market.ON_DEMAND
-    os.killpg(job, signal.SIGKILL)
 
 
 def test_launch_retry_finishes_a_launch_that_crashed(
@@ -310,25 +330,51 @@ def test_launch_retry_finishes_a_launch_that_crashed(
     monkeypatch.setattr(LocalMarket, "_start_supervisor", crash)
     with pytest.raises(RuntimeError):
         m.launch(request(m, ["sleep", "30"]))
-    pending = m.find_by_token("tok-1")
-    assert pending is not None and pending.state == InstanceState.PENDING
+    # Retried before anyone looked: the retry finishes the launch.
     monkeypatch.setattr(LocalMarket, "_start_supervisor", real_start)
-    again = make_market(state_dir).launch(request(m, ["sleep", "30"]))
-    assert again.id == pending.id and again.state == InstanceState.RUNNING
-    m.terminate([again.id])
+    again = launch(make_market(state_dir), request(m, ["sleep", "30"]))
+    assert again.state == InstanceState.RUNNING and again.launched_at is not None
+    job = json.loads((m.instance_dir(again.id) / "job.json").read_text())
+    assert again.launched_at == datetime.fromisoformat(job["started_at"])  # billing starts here
+    m.terminate(refs(again.id))
     assert wait_ended(m, again.id).end_reason == EndReason.TERMINATED
+
+
+def test_a_crashed_launch_that_was_looked_at_is_a_launch_failure(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    m = make_market(state_dir)
+    real_start = LocalMarket._start_supervisor
+
+    def crash(self: LocalMarket, d: Path) -> None:
+        raise RuntimeError("daemon died here")
+
+    monkeypatch.setattr(LocalMarket, "_start_supervisor", crash)
+    with pytest.raises(RuntimeError):
+        m.launch(request(m, ["sleep", "30"]))
+    (seen,) = m.find_by_token("tok-1")  # the launcher is gone: nothing can complete it
+    assert (seen.state, seen.end_reason) == (InstanceState.ENDED, EndReason.LAUNCH_FAILED)
+    assert seen.failure is not None and seen.failure.kind is FailureKind.FATAL
+    assert seen.launched_at is None  # never ran: never billed
+    monkeypatch.setattr(LocalMarket, "_start_supervisor", real_start)
+    again = launch(make_market(state_dir), request(m, ["sleep", "30"]))
+    assert again.id == seen.id and again.end_reason == EndReason.LAUNCH_FAILED
+    assert not (m.instance_dir(seen.id) / "job.json").exists()
+    assert m.list_tagged("tester") == []
 
 
 def test_prune_removes_only_long_ended_instances(state_dir: Path) -> None:
     m = make_market(state_dir)
-    done = m.launch(request(m, ["true"], token="done"))
-    live = m.launch(request(m, ["sleep", "30"], token="live"))
+    done = launch(m, request(m, ["true"], token="done"))
+    live = launch(m, request(m, ["sleep", "30"], token="live"))
     wait_ended(m, done.id)
     assert m.prune(timedelta(hours=1)) == 0
     assert m.prune(timedelta(0)) == 1
     assert not m.instance_dir(done.id).exists() and m.instance_dir(live.id).exists()
-    assert m.describe([done.id])[0].end_reason == EndReason.UNKNOWN
-    m.terminate([live.id])
+    assert describe(m, done.id).state == InstanceState.NOT_FOUND
+    assert describe(m, live.id).state == InstanceState.RUNNING
+    assert m.prune(timedelta(0)) == 0  # repeating is fine
+    m.terminate(refs(live.id))
     wait_ended(m, live.id)
 
 
@@ -357,7 +403,7 @@ def test_times_are_reported_on_a_scaled_clock(state_dir: Path) -> None:
     real_when, when = real.next_unavailability(POOL), m.next_unavailability(POOL)
     assert real_when is not None and when is not None
     assert when == clock.anchor + (real_when - clock.anchor) * 120
-    inst = m.launch(request(m, ["sleep", "0.5"]))
+    inst = launch(m, request(m, ["sleep", "0.5"]))
     ended = wait_ended(m, inst.id)
     assert ended.launched_at is not None and ended.ended_at is not None
     took = (ended.ended_at - ended.launched_at).total_seconds()
