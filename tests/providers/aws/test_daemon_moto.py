@@ -65,6 +65,7 @@ def write_config(tmp: Path, moto: str, pricing_url: str) -> Path:
     cfg.write_text(
         f"""
 [daemon]
+state_dir = "{tmp}"
 database_url = "sqlite:///{tmp}/spotwise.db"
 checkpoint_root = "{(tmp / "ckpt").as_uri()}"
 leak_grace = "2m"
@@ -103,10 +104,9 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
     cfg = write_config(tmp_path, moto, pricing.url)
     job_file = tmp_path / "job.toml"
     job_file.write_text('name = "bert"\ncommand = ["python", "train.py"]\ngpus = "A10G:1"\n')
-    job_id = json.loads(cli(cfg, "submit", str(job_file), "-o", "json"))["id"]
-
     clock = SimClock(datetime.now(UTC))
-    daemon = Daemon(cfg, clock=clock)
+    daemon = Daemon(cfg, clock=clock)  # creates the database; the CLI never does
+    job_id = json.loads(cli(cfg, "submit", str(job_file), "-o", "json"))["id"]
     rec = daemon.reconciler
     assert type(rec.providers["aws"]).__name__ == "AwsProvider"
 
@@ -121,6 +121,8 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
         key=lambda o: o.price_per_hour,
     )
     assert a10g_spot[0].instance_type == "g5.xlarge" and a10g_spot[0].zone == "us-east-1a"
+    tick()
+    assert status(cfg)[job_id]["state"] == "LAUNCHING"  # EC2 answers "pending"
     tick()
 
     # Placed on the cheapest adequate offering, visible in `status -o json`.
@@ -147,6 +149,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
     inst.state_reason = StateReason(
         "Server.SpotInstanceTermination", "Server.SpotInstanceTermination"
     )
+    tick()
     tick()
 
     row = status(cfg)[job_id]
@@ -193,6 +196,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
     # Cancel through the CLI: the instance is terminated and the job ends CANCELLED.
     second = status(cfg)[job_id]["instance"]
     cli(cfg, "cancel", job_id)
+    tick()
     tick()
     tick()
     assert _state(moto, second) == "terminated"
