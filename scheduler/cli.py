@@ -54,7 +54,8 @@ def _engine(config: Path | None):
 
 
 def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
-    """A line to print when no daemon is keeping this database (else None)."""
+    """A line to print when no daemon is keeping this database (else None). Lines for a
+    daemon that should be running but is silent start with 'daemon not seen'."""
     from scheduler.ownership import read_heartbeat
 
     hb = read_heartbeat(engine)
@@ -184,15 +185,19 @@ def status(
     """One row per job: where it runs, what it costs, why it waits."""
     cfg, engine = _engine(config)
     warning = _daemon_warning(engine, cfg)
+    # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
+    # daemon that stopped cleanly is reported, not an error.
+    failing = warning is not None and "stopped" not in warning
     if output is Output.json:
         _print_json({"jobs": views.job_rows(engine), "daemon_warning": warning})
-        if warning:
+        if failing:
             raise typer.Exit(3)
         return
     if not watch:
         out.print(_status_table(views.job_rows(engine)))
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
+        if failing:
             raise typer.Exit(3)
         return
     with Live(_status_table(views.job_rows(engine)), console=out, refresh_per_second=4) as live:
@@ -413,8 +418,10 @@ def demo(
 def _mount_bench() -> None:
     try:
         from scheduler.bench import bench_app
+        from scheduler.bench_daemon import register
     except ImportError:  # the benchmark module is optional in trimmed installs
         return
+    register(bench_app)
     app.add_typer(
         bench_app, name="bench", help="Benchmarks against baselines measured in the same run."
     )

@@ -1,0 +1,300 @@
+"""`spotwise bench daemon`: the real controllers over the in-memory cloud, at scale.
+
+Measures what an operator pays for the daemon itself: CPU per reconcile pass (and per job)
+for the pass that launches every pending job and for a steady pass, the `status -o json`
+read, and the idle daemon's CPU and memory over a history of finished jobs. Same code and
+the default configuration the daemon runs; no warm caches (each size starts from an empty
+database). Targets from the Core v2 issue are printed next to each figure.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import sqlalchemy as sa
+import typer
+
+from providers.base import EndReason, Market, Offering
+from providers.fake import FakeCloud
+from scheduler import views
+from scheduler.clock import SimClock
+from scheduler.config import Config, DaemonSettings
+from scheduler.db import open_db
+from scheduler.jobs import new_job_id
+from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, JobState, SpendBucket
+from scheduler.reconcile import Reconciler
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+SPEC = json.dumps({"name": "bench", "team": "default", "command": ["train"], "gpus": ["V100:1"]})
+
+
+def _offerings() -> list[Offering]:
+    out = []
+    for i, zone in enumerate(("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d")):
+        for market, price in ((Market.SPOT, 0.9 + 0.1 * i), (Market.ON_DEMAND, 3.06)):
+            out.append(
+                Offering(
+                    "aws", "us-east-1", zone, "p3.2xlarge", "V100", 1, 16, 8, 61, market, price, T0
+                )
+            )
+    return out
+
+
+def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime) -> None:
+    """Bulk rows, as a long-lived database would hold them (finished: one attempt each)."""
+    jobs, attempts, buckets = [], [], []
+    for _ in range(n):
+        jid = new_job_id()
+        jobs.append(
+            {
+                "id": jid,
+                "name": "bench",
+                "team": "default",
+                "spec_json": SPEC,
+                "state": (JobState.SUCCEEDED if finished else JobState.PENDING).value,
+                "reason": "",
+                "checkpoint_uri": f"file:///tmp/spotwise-bench/{jid}",
+                "created_at": now,
+                "updated_at": now,
+                "cancel_requested": False,
+                "attempts": 1 if finished else 0,
+                "recoveries": 0,
+                "failures": 0,
+                "step_failures": 0,
+                "last_error": "",
+                "cost_usd": 0.9 if finished else 0.0,
+                "settled_attempt": f"{jid}-a1" if finished else None,
+            }
+        )
+        if finished:
+            start = now - timedelta(hours=2)
+            attempts.append(
+                {
+                    "id": f"{jid}-a1",
+                    "job_id": jid,
+                    "number": 1,
+                    "token": f"bench-{jid}-a1",
+                    "provider": "fake",
+                    "cloud": "aws",
+                    "region": "us-east-1",
+                    "zone": "us-east-1a",
+                    "instance_type": "p3.2xlarge",
+                    "market": "spot",
+                    "pool": "aws/us-east-1a/p3.2xlarge/spot",
+                    "price_per_hour": 0.9,
+                    "billed_price": 0.9,
+                    "gpu_count": 1,
+                    "state": AttemptState.ENDED.value,
+                    "instance_id": f"i-{jid}",
+                    "instance_scope": "",
+                    "created_at": start,
+                    "started_at": start,
+                    "accrued_until": start + timedelta(hours=1),
+                    "ended_at": start + timedelta(hours=1),
+                    "end_reason": AttemptEnd.FINISHED.value,
+                    "detail": "",
+                    "cost_usd": 0.9,
+                }
+            )
+            buckets.append(
+                {
+                    "hour": start.replace(minute=0, second=0, microsecond=0),
+                    "attempt_id": f"{jid}-a1",
+                    "job_id": jid,
+                    "job_name": "bench",
+                    "team": "default",
+                    "cloud": "aws",
+                    "usd": 0.9,
+                }
+            )
+    if not jobs:
+        return
+    with engine.begin() as c:
+        c.execute(sa.insert(Job.__table__), jobs)  # type: ignore[attr-defined]
+        if attempts:
+            c.execute(sa.insert(Attempt.__table__), attempts)  # type: ignore[attr-defined]
+            c.execute(sa.insert(SpendBucket.__table__), buckets)  # type: ignore[attr-defined]
+
+
+@dataclass
+class Row:
+    jobs: int
+    history: int
+    launch_pass_cpu_s: float
+    launch_per_job_ms: float
+    steady_pass_cpu_s: float
+    steady_per_job_ms: float
+    accrue_cpu_s: float
+    status_ms: float
+    idle_cpu_pct: float
+    rss_mb: float
+
+
+def _cpu() -> float:
+    return time.process_time()
+
+
+def _rss_mb() -> float:
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return pages * resource.getpagesize() / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
+    db = workdir / f"bench-{jobs}-{history}.db"
+    engine = open_db(f"sqlite:///{db}")
+    clock = SimClock(T0)
+    cloud = FakeCloud(_offerings(), clock=clock, start_running=True)
+    config = Config(daemon=DaemonSettings(database_url=f"sqlite:///{db}", state_dir=workdir))
+    rec = Reconciler(engine, config, {"fake": cloud}, clock)
+    rec.poll_prices()
+    _insert_jobs(engine, history, finished=True, now=clock.now())
+    _insert_jobs(engine, jobs, finished=False, now=clock.now())
+    clock.advance(5)
+    t = _cpu()
+    rec.reconcile()  # places and launches every pending job
+    launch = _cpu() - t
+    clock.advance(5)
+    t = _cpu()
+    rec.reconcile()  # steady: everything runs
+    steady = _cpu() - t
+    clock.advance(30)
+    t = _cpu()
+    rec.accrue()
+    accrue = _cpu() - t
+    t = time.perf_counter()
+    doc = json.dumps({"jobs": views.job_rows(engine)}, default=views.json_default)
+    status_ms = (time.perf_counter() - t) * 1000
+    assert len(json.loads(doc)["jobs"]) == jobs + history
+    # Idle: everything finished, the daemon keeps its default schedule for a while.
+    for inst in cloud.running():
+        cloud.end(inst.id, EndReason.EXITED, exit_code=0)
+    clock.advance(5)
+    rec.reconcile()
+    rec.accrue()
+    d = config.daemon
+    start_wall, start_cpu = time.monotonic(), _cpu()
+    next_at = {"reconcile": 0.0, "accrue": 0.0, "poll_prices": 0.0}
+    every = {
+        "reconcile": d.reconcile_interval.total_seconds(),
+        "accrue": d.accrue_interval.total_seconds(),
+        "poll_prices": d.price_interval.total_seconds(),
+    }
+    while (elapsed := time.monotonic() - start_wall) < idle_seconds:
+        for task, due in next_at.items():
+            if elapsed >= due:
+                getattr(rec, task)()
+                next_at[task] = due + every[task]
+        time.sleep(max(0.0, min(next_at.values()) - (time.monotonic() - start_wall)))
+    idle_pct = 100.0 * (_cpu() - start_cpu) / max(idle_seconds, 1e-9)
+    rss = _rss_mb()
+    engine.dispose()
+    return Row(
+        jobs,
+        history,
+        round(launch, 3),
+        round(1000 * launch / jobs, 3),
+        round(steady, 3),
+        round(1000 * steady / jobs, 3),
+        round(accrue, 3),
+        round(status_ms, 1),
+        round(idle_pct, 2),
+        round(rss, 1),
+    )
+
+
+def run(sizes: list[int], histories: list[int], idle_seconds: float) -> list[Row]:
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="spotwise-bench-daemon-") as tmp:
+        for history in histories:
+            for n in sizes:
+                rows.append(measure(n, history, idle_seconds, Path(tmp)))
+    return rows
+
+
+def verdicts(rows: list[Row]) -> list[str]:
+    """The issue's targets against this run's figures."""
+    out = []
+    by = {(r.jobs, r.history): r for r in rows}
+    small, big = min(r.jobs for r in rows), max(r.jobs for r in rows)
+    for h in sorted({r.history for r in rows}):
+        a, b = by.get((small, h)), by.get((big, h))
+        if a and b and a is not b:
+            ratio = b.launch_per_job_ms / max(a.launch_per_job_ms, 1e-9)
+            out.append(
+                f"history {h}: per-job launch-pass cost at {big} is {ratio:.2f}x that at "
+                f"{small} (target <= 2x): {'met' if ratio <= 2 else 'NOT met'}"
+            )
+        if b:
+            fast = "met" if b.launch_pass_cpu_s < 10 else "NOT met"
+            out.append(
+                f"history {h}: launch pass of {big} jobs {b.launch_pass_cpu_s:.2f} CPU-s "
+                f"(target < 10 s at 10,000): {fast}"
+            )
+            quick = "met" if b.status_ms < 300 else "NOT met"
+            out.append(
+                f"history {h}: status -o json over {big + h} jobs {b.status_ms:.0f} ms "
+                f"(target < 300 ms at 10,000): {quick}"
+            )
+            out.append(
+                f"history {h}: idle {b.idle_cpu_pct:.2f}% of a core, {b.rss_mb:.0f} MB "
+                f"(target < 1%, < 150 MB)"
+            )
+    return out
+
+
+def bench_daemon(
+    quick: bool = typer.Option(False, "--quick", help="Small sizes (seconds, for tests)"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+    idle: float = typer.Option(20.0, help="Seconds of idle schedule to measure"),
+) -> None:
+    """The daemon's own cost: CPU per pass and per job, status time, idle CPU and memory."""
+    sizes = [10, 100] if quick else [100, 1000, 10000]
+    histories = [0, 100] if quick else [0, 10000]
+    rows = run(sizes, histories, 2.0 if quick else idle)
+    if output == "json":
+        typer.echo(
+            json.dumps({"rows": [asdict(r) for r in rows], "verdicts": verdicts(rows)}, indent=2)
+        )
+        return
+    cols = (
+        "jobs",
+        "history",
+        "launch s",
+        "ms/job",
+        "steady s",
+        "ms/job",
+        "accrue s",
+        "status ms",
+        "idle %",
+        "RSS MB",
+    )
+    typer.echo(" ".join(f"{c:>9}" for c in cols))
+    for r in rows:
+        cells = (
+            r.jobs,
+            r.history,
+            r.launch_pass_cpu_s,
+            r.launch_per_job_ms,
+            r.steady_pass_cpu_s,
+            r.steady_per_job_ms,
+            r.accrue_cpu_s,
+            r.status_ms,
+            r.idle_cpu_pct,
+            r.rss_mb,
+        )
+        typer.echo(" ".join(f"{c:>9}" for c in cells))
+    for v in verdicts(rows):
+        typer.echo(v)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("daemon")(bench_daemon)
