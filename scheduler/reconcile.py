@@ -62,9 +62,9 @@ class Reconciler:
             (lambda: self._clouds),
             (lambda: self._planner),
         )
-        self.prices = PriceController(self.db, clock, clouds, self.catalogs)
-        self.instances = InstanceController(self.db, clock, clouds, self.stores, cfg)
         self.spend = SpendController(self.db, clock, self.catalogs, cfg)
+        self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
+        self.instances = InstanceController(self.db, clock, clouds, self.stores, cfg)
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
         )
@@ -129,6 +129,9 @@ class Reconciler:
 
     def reconcile(self) -> None:
         """One level-triggered pass."""
+        # Budgets are checked first in every pass too (database work only): a delayed accrue
+        # task never leaves a hard limit unguarded for longer than one reconcile interval.
+        self.spend.accrue()
         self.instances.observe()
         self.stops.step()
         intents = self.jobs.step()

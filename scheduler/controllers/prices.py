@@ -15,8 +15,15 @@ from scheduler.models import PriceSample
 
 class PriceController:
     def __init__(
-        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], catalog: CatalogHolder
+        self,
+        db: Db,
+        clock: Clock,
+        clouds: Callable[[], Clouds],
+        catalog: CatalogHolder,
+        before_swap: Callable[[Catalog], None] | None = None,
     ) -> None:
+        # Called with the new catalog before it takes effect (spend reprices at that moment).
+        self.before_swap = before_swap
         self.db = db
         self.clock = clock
         self._clouds = clouds  # re-read each pass: a reload may change the providers
@@ -56,7 +63,10 @@ class PriceController:
                 if provider_of.setdefault(o.pool, name) == name:
                     offerings.append(o)
         self._record_price_changes(old, offerings, now)
-        self.holder.set(Catalog(offerings), provider_of)
+        new = Catalog(offerings)
+        if self.before_swap is not None:
+            self.before_swap(new)
+        self.holder.set(new, provider_of)
 
     def _record_price_changes(self, old: Catalog, new: list[Offering], now: datetime) -> None:
         before = {o.pool: o.price_per_hour for o in old}

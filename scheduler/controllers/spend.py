@@ -18,6 +18,7 @@ from sqlmodel import Session, func, select
 
 from scheduler import budget as budgets
 from scheduler.audit import emit
+from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import LIVE, CatalogHolder, Db, hours
@@ -65,11 +66,23 @@ class SpendController:
         """Charge attempts up to now (or their end), publish budgets, enforce hard ones."""
         now = self.clock.now()
         with self.db.write() as s:
-            self._accrue(s, now)
+            self._accrue(s, now, self.catalog.catalog)
         with self.db.write() as s:
             self.enforce(s, now)
 
-    def _accrue(self, s: Session, now: datetime) -> None:
+    def reprice(self, new: Catalog) -> None:
+        """New prices are about to take effect: charge everything up to now at the prices
+        that were in effect, switch running attempts to the new ones, and re-check budgets
+        against the new burn at once (a price rise must not wait for the next accrual)."""
+        now = self.clock.now()
+        with self.db.write() as s:
+            self._accrue(s, now, new)
+        with self.db.write() as s:
+            self.enforce(s, now, new)
+
+    def _accrue(self, s: Session, now: datetime, prices: Catalog) -> None:
+        """Prices are piecewise constant between polls: each interval is charged at the price
+        in effect during it (`billed_price`), then the attempt takes the current price."""
         rows = s.exec(
             select(Attempt, Job.name, Job.team)
             .where(Attempt.job_id == Job.id, Attempt.started_at.is_not(None))  # type: ignore[union-attr]
@@ -79,29 +92,28 @@ class SpendController:
                 | (Attempt.accrued_until != Attempt.ended_at)
             )
         ).all()
-        prices = self.catalog.catalog
         job_delta: dict[str, float] = {}
         for a, job_name, team in rows:
             assert a.started_at is not None
             start = a.accrued_until or a.started_at
-            end = a.ended_at if a.state is AttemptState.ENDED and a.ended_at else now
-            if end == start:
-                continue
-            offer = prices.offering_for_pool(a.pool) if a.state is not AttemptState.ENDED else None
-            price = (
-                offer.price_per_hour if offer is not None else (a.billed_price or a.price_per_hour)
-            )
-            if end < start:
-                price = a.billed_price or a.price_per_hour  # refund at what was charged
-            incs = split_by_hour(start, end, price)
-            for inc in incs:
-                self._add_bucket(s, inc, a, job_name, team)
-            delta = sum(i.usd for i in incs)
-            a.cost_usd = round(a.cost_usd + delta, 9)
-            a.accrued_until = end
-            a.billed_price = price
+            ended = a.state is AttemptState.ENDED and a.ended_at is not None
+            end = a.ended_at if ended and a.ended_at is not None else now
+            price = a.billed_price or a.price_per_hour
+            delta = 0.0
+            if end != start:
+                incs = split_by_hour(start, end, price)
+                for inc in incs:
+                    self._add_bucket(s, inc, a, job_name, team)
+                delta = sum(i.usd for i in incs)
+                a.cost_usd = round(a.cost_usd + delta, 9)
+                a.accrued_until = end
+            if not ended:
+                offer = prices.offering_for_pool(a.pool)
+                if offer is not None:
+                    a.billed_price = offer.price_per_hour
             s.add(a)
-            job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
+            if delta:
+                job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
         for job_id, delta in job_delta.items():
             s.exec(
                 sa.update(Job).where(Job.id == job_id).values(cost_usd=Job.cost_usd + delta)  # type: ignore[arg-type]
@@ -174,7 +186,9 @@ class SpendController:
                 total += (a.billed_price or a.price_per_hour) * hours(now - start)
         return total
 
-    def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
+    def enforce(
+        self, s: Session, now: datetime, prices: Catalog | None = None
+    ) -> list[budgets.BudgetStatus]:
         """Publish every budget; stop what would cross a hard limit before the next check."""
         hold = self.hold_hours()
         statuses = self.statuses(s, now)
