@@ -32,8 +32,21 @@ def main() -> int:
     with open(root / "starts.log", "a") as f:
         f.write(f"{step} attempt={os.environ.get('SPOTWISE_ATTEMPT')}\n")
 
+    def fenced() -> bool:
+        # The contract's fence: a newer attempt owns the store; this one must not write.
+        owner = root / "owner.json"
+        mine = os.environ.get("SPOTWISE_ATTEMPT", "")
+        if not owner.exists() or not mine.isdigit():
+            return False
+        try:
+            return json.loads(owner.read_text()).get("attempt", 0) > int(mine)
+        except (ValueError, OSError):
+            return False
+
     def write(name: str, doc: dict) -> None:
-        tmp = root / (name + ".tmp")
+        if fenced():
+            sys.exit(76)
+        tmp = root / (name + f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, root / name)
 
