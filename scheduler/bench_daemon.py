@@ -259,7 +259,7 @@ def bench_daemon(
     """The daemon's own cost: CPU per pass and per job, status time, idle CPU and memory."""
     sizes = [10, 100] if quick else [100, 1000, 10000]
     histories = [0, 100] if quick else [0, 10000]
-    rows = run(sizes, histories, 2.0 if quick else idle)
+    rows = run(sizes, histories, 1.0 if quick else idle)
     if output == "json":
         typer.echo(
             json.dumps({"rows": [asdict(r) for r in rows], "verdicts": verdicts(rows)}, indent=2)

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from sqlmodel import Session, select
+
 from providers.base import (
     TAG_ATTEMPT,
     TAG_JOB,
@@ -74,87 +76,109 @@ class LaunchController:
         self.step = steps
 
     def launch(self, attempt_ids: Sequence[str]) -> list[LaunchOutcome]:
-        """Launch these LAUNCHING attempts concurrently (one deadline each)."""
+        """Launch these LAUNCHING attempts: one read, the store claims (concurrent I/O), one
+        write of launch_requested_at, the cloud calls (concurrent, one deadline each), one
+        write of the results. A pass costs a few transactions, not a few per job."""
         clouds = self._clouds()
-        prepared: dict[str, tuple[str, LaunchRequest]] = {}
+        now = self.clock.now()
         out: list[LaunchOutcome] = []
-        for attempt_id in attempt_ids:
-            ready = self._prepare(attempt_id, clouds)
-            if isinstance(ready, LaunchOutcome):
-                out.append(ready)
-            else:
-                prepared[attempt_id] = ready
-        if not prepared:
+        rows: list[tuple[Attempt, Job]] = []
+        with self.db.read() as s:
+            for chunk in _chunks(list(attempt_ids), 500):
+                rows.extend(
+                    s.exec(
+                        select(Attempt, Job).where(
+                            Attempt.job_id == Job.id,
+                            Attempt.id.in_(chunk),  # type: ignore[attr-defined]
+                        )
+                    ).all()
+                )
+        ready: list[tuple[Attempt, Job, Provider]] = []
+        failed: list[tuple[str, AttemptEnd, str]] = []
+        for a, job in rows:
+            if a.state is not AttemptState.LAUNCHING or a.instance_id or a.stop_requested_at:
+                out.append(LaunchOutcome(a.id, launched=a.instance_id is not None))
+                continue
+            provider = clouds.get(a.provider)
+            if provider is None:
+                failed.append(
+                    (a.id, AttemptEnd.LAUNCH_FAILED, f"provider {a.provider} is not configured")
+                )
+                out.append(LaunchOutcome(a.id, launched=False, pool_failed=True))
+                continue
+            window = provider.capabilities.idempotency_window
+            if (
+                a.launch_requested_at is not None
+                and window is not None
+                and now - a.launch_requested_at > window
+            ):
+                # Relaunching now could start a second instance: the cloud forgot the token.
+                why = "the launch did not complete within the cloud's idempotency window"
+                failed.append((a.id, AttemptEnd.LOST, why))
+                out.append(LaunchOutcome(a.id, launched=False))
+                continue
+            ready.append((a, job, provider))
+        claim_errors = self._claim(ready)
+        requests: dict[str, tuple[str, LaunchRequest]] = {}
+        with self.db.write() as s:
+            for attempt_id, end, why in failed:
+                self._fail_in(s, attempt_id, end, why, now)
+            for a, job, provider in ready:
+                err = claim_errors.get(a.id)
+                if err is not None:
+                    emit(
+                        s,
+                        now,
+                        "store_unwritable",
+                        f"cannot claim the checkpoint store: {err}",
+                        job_id=job.id,
+                        attempt_id=a.id,
+                        level="warning",
+                    )
+                    out.append(LaunchOutcome(a.id, launched=True))  # retried next pass
+                    continue
+                fresh = s.get(Attempt, a.id)
+                if (
+                    fresh is None
+                    or fresh.state is not AttemptState.LAUNCHING
+                    or fresh.stop_requested_at
+                ):
+                    out.append(LaunchOutcome(a.id, launched=False))
+                    continue
+                fresh.launch_requested_at = now
+                s.add(fresh)
+                requests[a.id] = (a.provider, self._request(job, a, provider))
+        if not requests:
             return out
         self.step("after_claim")
         results = clouds.gather(
-            {aid: (name, lambda p, r=req: p.launch(r)) for aid, (name, req) in prepared.items()}
+            {aid: (name, lambda p, r=req: p.launch(r)) for aid, (name, req) in requests.items()}
         )
         self.step("after_launch")
-        for attempt_id, r in results.items():
-            out.append(self._record(attempt_id, r.value, r.error))
+        with self.db.write() as s:
+            for attempt_id, r in results.items():
+                out.append(self._record_in(s, attempt_id, r.value, r.error, self.clock.now()))
         self.step("after_record")
         return out
 
-    def _prepare(
-        self, attempt_id: str, clouds: Clouds
-    ) -> tuple[str, LaunchRequest] | LaunchOutcome:
-        """Build the request, claim the store and write launch_requested_at (no cloud I/O)."""
-        now = self.clock.now()
-        with self.db.read() as s:
-            a = s.get(Attempt, attempt_id)
-            job = s.get(Job, a.job_id) if a else None
-        if a is None or job is None or a.state is not AttemptState.LAUNCHING or a.instance_id:
-            return LaunchOutcome(attempt_id, launched=a is not None and a.instance_id is not None)
-        provider = clouds.get(a.provider)
-        if provider is None:
-            self._fail(
-                attempt_id,
-                AttemptEnd.LAUNCH_FAILED,
-                f"provider {a.provider} is not configured",
-                now,
-            )
-            return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
-        window = provider.capabilities.idempotency_window
-        if (
-            a.launch_requested_at is not None
-            and window is not None
-            and now - a.launch_requested_at > window
-        ):
-            # Relaunching now could start a second instance: the cloud forgot the token.
-            self._fail(
-                attempt_id,
-                AttemptEnd.LOST,
-                "the launch did not complete within the cloud's idempotency window",
-                now,
-            )
-            return LaunchOutcome(attempt_id, launched=False)
-        try:
-            self.stores.claim(job.checkpoint_uri, a.number, a.id, job.id)
-        except StoreError as e:
-            with self.db.write() as s:
-                emit(
-                    s,
-                    now,
-                    "store_unwritable",
-                    f"cannot claim the checkpoint store: {e}",
-                    job_id=job.id,
-                    attempt_id=a.id,
-                    level="warning",
-                )
-            return LaunchOutcome(attempt_id, launched=True)  # retried next pass
-        request = self._request(job, a, provider)
-        with self.db.write() as s:
-            fresh = s.get(Attempt, attempt_id)
-            if (
-                fresh is None
-                or fresh.state is not AttemptState.LAUNCHING
-                or fresh.stop_requested_at
-            ):
-                return LaunchOutcome(attempt_id, launched=False)
-            fresh.launch_requested_at = now
-            s.add(fresh)
-        return a.provider, request
+    def _claim(self, ready: list[tuple[Attempt, Job, Provider]]) -> dict[str, Exception]:
+        """Write owner.json for each attempt (store I/O, concurrently); errors by attempt."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(item: tuple[Attempt, Job, Provider]) -> tuple[str, Exception | None]:
+            a, job, _ = item
+            try:
+                self.stores.claim(job.checkpoint_uri, a.number, a.id, job.id)
+            except StoreError as e:
+                return a.id, e
+            return a.id, None
+
+        if len(ready) <= 1:
+            results = [one(x) for x in ready]
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(ready))) as pool:
+                results = list(pool.map(one, ready))
+        return {aid: e for aid, e in results if e is not None}
 
     def _request(self, job: Job, a: Attempt, provider: Provider) -> LaunchRequest:
         spec = JobSpec.model_validate_json(job.spec_json)
@@ -193,82 +217,87 @@ class LaunchController:
     def _record(
         self, attempt_id: str, instances: list[Instance] | None, error: Exception | None
     ) -> LaunchOutcome:
-        now = self.clock.now()
+        with self.db.write() as s:
+            return self._record_in(s, attempt_id, instances, error, self.clock.now())
+
+    def _record_in(
+        self,
+        s: Session,
+        attempt_id: str,
+        instances: list[Instance] | None,
+        error: Exception | None,
+        now: datetime,
+    ) -> LaunchOutcome:
         cfg = self._config().daemon
+        a = s.get(Attempt, attempt_id)
+        if a is None or a.state is AttemptState.ENDED:
+            return LaunchOutcome(attempt_id, launched=False)
         if error is None and instances:
             inst = instances[0]
-            with self.db.write() as s:
-                a = s.get(Attempt, attempt_id)
-                if a is None or a.state is AttemptState.ENDED:
-                    return LaunchOutcome(attempt_id, launched=False)
-                a.instance_id = inst.id
-                a.instance_scope = inst.scope
-                a.region = inst.region or a.region
-                if inst.state is InstanceState.RUNNING and a.started_at is None:
-                    a.state = AttemptState.RUNNING
-                    a.started_at = min(inst.launched_at or now, now)
-                    a.accrued_until = a.started_at
-                s.add(a)
-                if a.state is AttemptState.RUNNING and a.stop_requested_at is None:
-                    job_running(s, a.job_id, a.pool, a.price_per_hour, now)
-                emit(
-                    s,
-                    now,
-                    "launched",
-                    f"{inst.id} on {a.pool} ({a.market})",
-                    job_id=a.job_id,
-                    attempt_id=a.id,
-                )
+            a.instance_id = inst.id
+            a.instance_scope = inst.scope
+            a.region = inst.region or a.region
+            if inst.state is InstanceState.RUNNING and a.started_at is None:
+                a.state = AttemptState.RUNNING
+                a.started_at = min(inst.launched_at or now, now)
+                a.accrued_until = a.started_at
+            s.add(a)
+            if a.state is AttemptState.RUNNING and a.stop_requested_at is None:
+                job_running(s, a.job_id, a.pool, a.price_per_hour, now)
+            emit(
+                s,
+                now,
+                "launched",
+                f"{inst.id} on {a.pool} ({a.market})",
+                job_id=a.job_id,
+                attempt_id=a.id,
+            )
             return LaunchOutcome(attempt_id, launched=True)
         if error is None:
             error = FatalError("the provider returned no instance")
         why = safe_message(error)
         if isinstance(error, CapacityUnavailable):
-            with self.db.write() as s:
-                a = s.get(Attempt, attempt_id)
-                if a is not None:
-                    mark_unavailable(s, error.pool or a.pool, why, now, cfg.unavailable_ttl)
-            self._fail(attempt_id, AttemptEnd.LAUNCH_FAILED, f"no capacity: {why}", now)
+            mark_unavailable(s, error.pool or a.pool, why, now, cfg.unavailable_ttl)
+            self._fail_in(s, attempt_id, AttemptEnd.LAUNCH_FAILED, f"no capacity: {why}", now)
             return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
         if isinstance(error, LaunchRejected):
-            self._fail(attempt_id, AttemptEnd.REJECTED, why, now)
+            self._fail_in(s, attempt_id, AttemptEnd.REJECTED, why, now)
             return LaunchOutcome(attempt_id, launched=False)
         if isinstance(error, FatalError):
-            with self.db.write() as s:
-                a = s.get(Attempt, attempt_id)
-                if a is not None:
-                    mark_unavailable(s, a.pool, why, now, cfg.unavailable_ttl)
-            self._fail(attempt_id, AttemptEnd.LAUNCH_FAILED, f"launch failed: {why}", now, "error")
+            mark_unavailable(s, a.pool, why, now, cfg.unavailable_ttl)
+            self._fail_in(
+                s, attempt_id, AttemptEnd.LAUNCH_FAILED, f"launch failed: {why}", now, "error"
+            )
             return LaunchOutcome(attempt_id, launched=False, pool_failed=True)
         # Throttled, transient, timeout, or an adapter bug: the same token next pass.
-        with self.db.write() as s:
-            a = s.get(Attempt, attempt_id)
-            if a is not None:
-                msg = f"{why}; will retry with the same token"
-                if a.detail != msg:
-                    a.detail = msg
-                    s.add(a)
-                    emit(
-                        s,
-                        now,
-                        "launch_retry",
-                        msg,
-                        job_id=a.job_id,
-                        attempt_id=a.id,
-                        level="warning",
-                    )
+        msg = f"{why}; will retry with the same token"
+        if a.detail != msg:
+            a.detail = msg
+            s.add(a)
+            emit(s, now, "launch_retry", msg, job_id=a.job_id, attempt_id=a.id, level="warning")
         return LaunchOutcome(attempt_id, launched=True)
 
     def _fail(
         self, attempt_id: str, end: AttemptEnd, why: str, now: datetime, level: str = "warning"
     ) -> None:
         with self.db.write() as s:
-            a = s.get(Attempt, attempt_id)
-            if a is None or a.state is AttemptState.ENDED:
-                return
-            a.state, a.end_reason, a.ended_at, a.detail = AttemptState.ENDED, end, now, why[:500]
-            s.add(a)
-            emit(s, now, f"attempt_{end.value}", why, job_id=a.job_id, attempt_id=a.id, level=level)
+            self._fail_in(s, attempt_id, end, why, now, level)
+
+    @staticmethod
+    def _fail_in(
+        s: Session,
+        attempt_id: str,
+        end: AttemptEnd,
+        why: str,
+        now: datetime,
+        level: str = "warning",
+    ) -> None:
+        a = s.get(Attempt, attempt_id)
+        if a is None or a.state is AttemptState.ENDED:
+            return
+        a.state, a.end_reason, a.ended_at, a.detail = AttemptState.ENDED, end, now, why[:500]
+        s.add(a)
+        emit(s, now, f"attempt_{end.value}", why, job_id=a.job_id, attempt_id=a.id, level=level)
 
     def adopt(self, attempt_ids: Sequence[str]) -> list[str]:
         """Attempts whose launch was asked for but never recorded (a crash, a timeout): find
@@ -314,3 +343,7 @@ class LaunchController:
                 continue
             left.append(a.id)
         return left
+
+
+def _chunks(items: list[str], n: int) -> list[list[str]]:
+    return [items[i : i + n] for i in range(0, len(items), n)]
