@@ -319,13 +319,14 @@ def check_config(
                 "file": str(path) if path else None,
                 "providers": providers,
                 "budgets": [b.name for b in cfg.budgets],
-                "database_url": cfg.daemon.resolved_database_url(),
+                "database_url": cfg.daemon.masked_database_url(),
             }
         )
         return
     out.print(
-        f"[green]ok[/] {path or 'built-in defaults'}: providers {', '.join(providers)}; "
-        f"{len(cfg.budgets)} budget(s); database {cfg.daemon.resolved_database_url()}"
+        f"ok {path or 'built-in defaults'}: providers {', '.join(providers)}; "
+        f"{len(cfg.budgets)} budget(s); database {cfg.daemon.masked_database_url()}",
+        markup=False,
     )
 
 
@@ -354,9 +355,49 @@ def _mount_bench() -> None:
 _mount_bench()
 
 
+def _print_error(text: str, exit_code: int) -> None:
+    """Each problem on its own 'error: ' line, as plain text (no Rich markup), passwords masked."""
+    from scheduler.errors import mask_urls
+
+    red = sys.stderr.isatty()
+    for line in mask_urls(str(text)).splitlines() or [""]:
+        prefix = "\x1b[31merror:\x1b[0m" if red else "error:"
+        sys.stderr.write(f"{prefix} {line}\n")
+    sys.stderr.flush()
+    sys.exit(exit_code)
+
+
+_last_db_url: list[str] = []  # the URL of the database most recently connected to
+
+
+def _remember_db_urls() -> None:
+    """Note each engine's URL as it connects, so a database error can say which database."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "engine_connect")
+    def _seen(conn, *args) -> None:  # type: ignore[no-untyped-def]
+        _last_db_url[:] = [conn.engine.url.render_as_string(hide_password=True)]
+
+
+def _database_problem(e: Exception) -> str:
+    where = _last_db_url[0] if _last_db_url else "the configured database_url"
+    detail = str(getattr(e, "orig", None) or e).splitlines()[0] if str(e) else type(e).__name__
+    text = detail.lower()
+    if "not a database" in text or "malformed" in text or "no such table" in text:
+        return f"the database at {where} is not a spotwise database or is corrupted: {detail}"
+    return f"the database at {where} cannot be used: {detail}"
+
+
 def main() -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError
+
+    _remember_db_urls()
     try:
         app()
     except UserError as e:
-        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(e.exit_code)
+        _print_error(str(e), e.exit_code)
+    except (DatabaseError, sqlite3.DatabaseError) as e:
+        _print_error(_database_problem(e), UserError.exit_code)
