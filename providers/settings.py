@@ -95,4 +95,4 @@ PositiveDuration = min_duration(timedelta(milliseconds=1))
 class StrictModel(BaseModel):
     """Config models reject unknown keys, so a typo is an error rather than a silent default."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)

@@ -28,6 +28,7 @@ from scheduler.errors import (
     read_toml_file,
     unusable_values,
 )
+from scheduler.jobspec import normalise_team
 
 __all__ = ["Config", "key_lines", "load_config", "mask_database_url", "parse_config"]
 
@@ -224,17 +225,6 @@ def _validate(data: dict[str, Any], text: str, source: str) -> Config:
         raise UserError(mask_urls(format_validation_error(e, source, lines))) from None
     except RecursionError:
         raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None
-
-
-def normalise_team(name: str) -> str:
-    """Team names are case-insensitive and trimmed: ' Research ' is 'research'."""
-    team = name.strip().lower()
-    if not re.fullmatch(r"[a-z0-9][\w.-]{0,62}", team):
-        raise ValueError(
-            f"team {clean(name, 40)!r} is not a valid team name (letters, digits, '_', '.', "
-            "'-'; at most 63)"
-        )
-    return team
 
 
 def mask_database_url(url: str) -> str:

@@ -156,7 +156,7 @@ def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
         timeout=60,
     )
     assert r.returncode == 2
-    assert f"{job}: gpus: GPU spec 'A100:eight'" in r.stderr
-    assert f"{job}: spot: " in r.stderr
+    assert f"{job}: gpus (line 3): GPU spec 'A100:eight'" in r.stderr
+    assert f"{job}: spot (line 4): " in r.stderr
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "db.sqlite").exists()  # nothing was enqueued
