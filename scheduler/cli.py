@@ -375,9 +375,10 @@ def _remember_db_urls() -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    @event.listens_for(Engine, "engine_connect")
-    def _seen(conn, *args) -> None:  # type: ignore[no-untyped-def]
-        _last_db_url[:] = [conn.engine.url.render_as_string(hide_password=True)]
+    @event.listens_for(Engine, "handle_error")
+    def _failed(ctx) -> None:  # type: ignore[no-untyped-def]
+        if ctx.engine is not None:  # also set for errors while connecting
+            _last_db_url[:] = [ctx.engine.url.render_as_string(hide_password=True)]
 
 
 def _database_problem(e: Exception) -> str:

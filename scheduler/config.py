@@ -166,13 +166,6 @@ class Config(StrictModel):
                 "daemon.accrue_interval + daemon.stop_grace must be > 0 with a hard budget "
                 "(it is the headroom a job needs to stop before the limit)"
             )
-        if d.teams:
-            for i, b in enumerate(self.budgets):
-                if b.scope.startswith("team:") and b.scope[5:] not in d.teams:
-                    raise ValueError(
-                        f"budgets.{i}.scope: team {b.scope[5:]!r} is not in daemon.teams"
-                        f"{_did_you_mean(b.scope[5:], d.teams)} (teams: {', '.join(d.teams)})"
-                    )
         return self
 
     def with_default_provider(self) -> Config:
@@ -220,11 +213,31 @@ def _validate(data: dict[str, Any], text: str, source: str) -> Config:
     if problems:
         raise UserError("\n".join(problems))
     try:
-        return Config.model_validate(data).with_default_provider()
+        config = Config.model_validate(data).with_default_provider()
     except ValidationError as e:
         raise UserError(mask_urls(format_validation_error(e, source, lines))) from None
     except RecursionError:
         raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None
+    problems = _cross_checks(config, lines, clean(source, 200))
+    if problems:
+        raise UserError("\n".join(problems))
+    return config
+
+
+def _cross_checks(config: Config, lines: dict[str, int], source: str) -> list[str]:
+    """Checks across sections, reported at the key that is wrong."""
+    out = []
+    teams = config.daemon.teams
+    for i, b in enumerate(config.budgets):
+        team = b.scope[5:] if b.scope.startswith("team:") else None
+        if teams and team is not None and team not in teams:
+            key = f"budgets.{i}.scope"
+            where = f"{key} (line {lines[key]})" if key in lines else key
+            out.append(
+                f"{source}: {where}: team {team!r} is not in daemon.teams"
+                f"{_did_you_mean(team, teams)}; teams: {', '.join(teams)}"
+            )
+    return out
 
 
 def mask_database_url(url: str) -> str:
