@@ -102,6 +102,15 @@ def parse_name(name: str) -> tuple[str, float | None] | None:
     return model.name, float(mem_in_name.group(1)) if mem_in_name else None
 
 
+def split_memory(name: str) -> tuple[str, float | None]:
+    """'A100-80GB' -> ('A100', 80.0); 'any-80GB' -> ('any', 80.0); 'A10G' -> ('A10G', None)."""
+    m = _MEM.search(name[:100])
+    if m is None:
+        return name, None
+    bare = (name[: m.start()] + name[m.end() :]).strip(" -_")
+    return bare, float(m.group(1))
+
+
 def _snap(model: GpuModel, mem: float) -> float:
     """Clouds report usable memory (22.5 GB, 79.6 GB, 32768 MiB): use the marketed variant."""
     best = min(model.memory_gb, key=lambda v: abs(v - mem))

@@ -94,8 +94,9 @@ def parse_gpu(text: str) -> GpuSpec:
             f"GPU spec {text!r}: no machine has more than {MAX_GPUS_PER_NODE} GPUs "
             "(and multi-node jobs are not supported yet)"
         )
-    if name.upper() in ANY_GPU:
-        return GpuSpec(model=None, count=count)
+    bare, any_mem = gpu_registry.split_memory(name)
+    if bare.upper() in ANY_GPU:  # 'any:1', 'any-80GB:8' (any model with at least 80 GB)
+        return GpuSpec(model=None, count=count, min_memory_gb=any_mem or 0.0)
     parsed = gpu_registry.parse_name(name)
     if parsed is None:
         hint = gpu_registry.suggest(name)
