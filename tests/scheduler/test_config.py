@@ -179,6 +179,12 @@ def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
         ('[daemon]\n"a[/]b" = 1\n', "<f>: daemon.a[/]b (line 2): unknown key"),
         ("x = " + "1" * 5000 + "\n", "<f>: not valid TOML: "),
         ("x = " + "[" * 5000 + "]" * 5000 + "\n", "<f>: not valid TOML: nested too deeply"),
+        (
+            '[providers.local]\nclouds = ["gpc"]\n',
+            "providers.local.clouds (line 2): the local market has no cloud 'gpc'; did you mean "
+            "'gcp'?",
+        ),
+        ('[providers.local]\nregions = ["mars-1"]\n', "the local market has no region 'mars-1'"),
         ('[daemon]\nteams = ["a", "A"]\n', "daemon.teams (line 2): team names must be unique"),
         (
             '[daemon]\nteams = ["research"]\n[[budgets]]\nname = "r"\nscope = "team:reserch"\n'
