@@ -59,7 +59,7 @@ class DaemonSettings(StrictModel):
     launch_timeout: PositiveDuration = timedelta(minutes=10)
     # Time a job needs to checkpoint and stop; budgets keep this much headroom.
     stop_grace: Duration = timedelta(minutes=2)
-    max_attempts: int = Field(default=20, ge=1)
+    max_attempts: int = Field(default=20, ge=1, le=1_000_000)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 

@@ -300,7 +300,8 @@ class JobSpec(BaseModel):
         """The checks that need the submission time; raise UserError (one line) if it fails.
 
         A deadline that is already past (or falls at the moment of submission) can never be
-        met: refuse the job instead of queueing it.
+        met: refuse the job instead of queueing it. One more than 10 years away is refused too
+        (clock arithmetic on it would overflow).
         """
         if now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
@@ -309,6 +310,10 @@ class JobSpec(BaseModel):
             raise UserError(
                 f"{clean(source, 200)}: deadline: {due.isoformat()} is already past (now "
                 f"{now.isoformat(timespec='seconds')}); give a later time or a duration like '52h'"
+            )
+        if due is not None and due - now > MAX_DURATION:
+            raise UserError(
+                f"{clean(source, 200)}: deadline: {due.isoformat()} is more than 10 years away"
             )
 
 

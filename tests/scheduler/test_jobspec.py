@@ -178,6 +178,8 @@ def test_deadline_checked_at_submit(tmp_path):
     with pytest.raises(UserError, match=r"job\.toml: deadline: 2026-11-30T00:00:00\+00:00 is "):
         past.validate_for_submit(now, source="job.toml")
     load(tmp_path, "deadline = 2026-12-02").validate_for_submit(now)
+    with pytest.raises(UserError, match="more than 10 years away"):
+        load(tmp_path, "deadline = 9999-12-31T00:00:00Z").validate_for_submit(now)
     rel = load(tmp_path, 'deadline = "52h"')
     rel.validate_for_submit(now)
     assert rel.deadline_at(now) == now + timedelta(hours=52)
