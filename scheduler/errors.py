@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -58,9 +59,19 @@ def format_validation_error(
     return "\n".join(dict.fromkeys(out))  # a problem reported twice is shown once
 
 
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
 def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
     """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
     try:
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or /dev/zero would never end
+            raise UserError(f"{path}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: {st.st_size:,} bytes is too large for a {what}")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise UserError(f"{path}: no such {what}") from None

@@ -250,6 +250,8 @@ def test_unreadable_files(tmp_path, data, expected):
             loader(f)
     with pytest.raises(UserError, match="is a directory"):
         load_config(tmp_path)
+    with pytest.raises(UserError, match="not a regular file"):
+        load_jobspec("/dev/zero")
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
