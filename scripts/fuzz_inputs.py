@@ -9,7 +9,8 @@ values (inf/nan, NUL, markup, huge numbers and durations, deep nesting, 200 KB v
 read as a config (`load_config` / `spotwise check-config`) or as a job (`load_jobspec` /
 `spotwise submit`, against a throwaway SQLite database). Counted: files that ended in anything
 but a UserError (in-process) or a "Traceback" / an exit code other than 0 and 2 (CLI), and
-files that took longer than --hang seconds. Exit status 1 if any were found.
+files that took longer than --hang seconds; through the CLI also refusals that were not one
+'error: ' line per problem (unformatted). Exit status 1 if any were found.
 """
 
 from __future__ import annotations
@@ -215,7 +216,7 @@ def run_cli(path: Path, kind: str, hang_s: float, workdir: Path) -> tuple[str, s
             :300
         ] if err else ""
     if r.returncode == 2 and not all(x.startswith("error: ") for x in err.splitlines()):
-        return "traceback", "unformatted: " + err[:200]
+        return "unformatted", err[:200]  # refused, but not one 'error: ' line per problem
     return ("ok" if r.returncode == 0 else "refused"), ""
 
 
@@ -256,12 +257,13 @@ def main() -> int:
         "tracebacks": counts["traceback"],
         "hangs": counts["hang"],
         "refused": counts["refused"],
+        "unformatted": counts["unformatted"],
         "accepted": counts["ok"],
         "seconds": round(time.monotonic() - t0, 1),
         "top_failures": reasons.most_common(8),
     }
     print(json.dumps(summary, indent=2))
-    return 1 if counts["traceback"] or counts["hang"] else 0
+    return 1 if counts["traceback"] or counts["hang"] or counts["unformatted"] else 0
 
 
 if __name__ == "__main__":
