@@ -41,6 +41,11 @@ MODELS: tuple[GpuModel, ...] = (
     GpuModel("M60", (8.0,)),
     GpuModel("A6000", (48.0,), ("RTXA6000",)),
     GpuModel("MI300X", (192.0,)),
+    GpuModel("MI25", (16.0,)),
+    GpuModel("V520", (8.0,), ("PROV520",)),
+    GpuModel("A30", (24.0,)),
+    GpuModel("A40", (48.0,)),
+    GpuModel("L40", (48.0,)),
 )
 _BY_KEY: dict[str, GpuModel] = {}
 for _m in MODELS:
@@ -48,8 +53,10 @@ for _m in MODELS:
     for _a in _m.aliases:
         _BY_KEY[_a] = _m
 
-_MEM = re.compile(r"(\d+(?:\.\d+)?)\s*G(?:I?B)?\b", re.IGNORECASE)
-_NOISE = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|AMD|INSTINCT|GPU|GPUS)\b", re.IGNORECASE)
+# A memory size is a number on its own ("A100 80GB", "A100-80GB"), never the tail of a model
+# name ("A10G", "T4G" are models). Bounded repeats: it runs on user input.
+_MEM = re.compile(r"(?<![A-Za-z0-9.])(\d{1,4}(?:\.\d{1,2})?)[ ]{0,3}G(?:I?B)?\b", re.IGNORECASE)
+_NOISE = re.compile(r"\b(NVIDIA|TESLA|GEFORCE|AMD|RADEON|INSTINCT|GPU|GPUS)\b", re.IGNORECASE)
 
 
 def _key(text: str) -> str:
@@ -78,6 +85,32 @@ def canonical(name: str, memory_gb: float | None = None) -> tuple[str, float] | 
     return model.name, _snap(model, mem)
 
 
+def parse_name(name: str) -> tuple[str, float | None] | None:
+    """What a user asked for: (model, memory GB stated in the name or None), or None if unknown.
+
+    'A100-80GB' -> ('A100', 80.0); 'a100' -> ('A100', None); 'nvidia-tesla-v100' -> ('V100',
+    None). Unlike `canonical`, no memory is assumed when the name states none, so 'A100'
+    matches every A100 and 'A100-80GB' only the 80 GB ones.
+    """
+    if len(name) > 100:
+        return None
+    mem_in_name = _MEM.search(name)
+    bare = _MEM.sub(" ", name) if mem_in_name else name
+    model = _BY_KEY.get(_key(bare))
+    if model is None:
+        return None
+    return model.name, float(mem_in_name.group(1)) if mem_in_name else None
+
+
+def split_memory(name: str) -> tuple[str, float | None]:
+    """'A100-80GB' -> ('A100', 80.0); 'any-80GB' -> ('any', 80.0); 'A10G' -> ('A10G', None)."""
+    m = _MEM.search(name[:100])
+    if m is None:
+        return name, None
+    bare = (name[: m.start()] + name[m.end() :]).strip(" -_")
+    return bare, float(m.group(1))
+
+
 def _snap(model: GpuModel, mem: float) -> float:
     """Clouds report usable memory (22.5 GB, 79.6 GB, 32768 MiB): use the marketed variant."""
     best = min(model.memory_gb, key=lambda v: abs(v - mem))
@@ -90,5 +123,15 @@ def known_models() -> list[str]:
 
 def suggest(name: str) -> str | None:
     """The closest known model name, for a 'did you mean' hint."""
-    hits = difflib.get_close_matches(_key(name), [m.name for m in MODELS], n=1, cutoff=0.5)
+    key = _key(_MEM.sub(" ", name[:100]))
+    hits = difflib.get_close_matches(key, [m.name for m in MODELS], n=1, cutoff=0.5)
     return hits[0] if hits else None
+
+
+def get_model(name: str) -> GpuModel | None:
+    """The registry entry of a canonical model name ('A100'), or None."""
+    return _BY_KEY.get(name)
+
+
+def max_memory_gb() -> float:
+    return max(v for m in MODELS for v in m.memory_gb)

@@ -118,10 +118,16 @@ def submit(
 ) -> None:
     """Validate and enqueue a job; prints its id."""
     from scheduler.jobs import submit as submit_job
+    from scheduler.jobspec import check_team
 
     spec = load_jobspec(job_file)
-    cfg, engine = _engine(config)
-    job = submit_job(engine, spec, clock_for(cfg).now(), cfg.daemon.resolved_checkpoint_root())
+    cfg = load_config(config)
+    now = clock_for(cfg).now()
+    # Everything that can never run is refused before the job is queued.
+    spec.validate_for_submit(now, source=str(job_file))
+    check_team(spec, cfg, source=str(job_file))
+    engine = open_existing(cfg.daemon.resolved_database_url())
+    job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root())
     warning = _daemon_warning(engine, cfg)
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
@@ -371,14 +377,14 @@ def check_config(
                 "file": str(path) if path else None,
                 "providers": providers,
                 "budgets": [b.name for b in cfg.budgets],
-                "database_url": redact_url(cfg.daemon.resolved_database_url()),
+                "database_url": cfg.daemon.masked_database_url(),
                 "state_dir": str(cfg.daemon.resolved_state_dir()),
             }
         )
         return
     out.print(
         f"ok {path or 'built-in defaults'}: providers {', '.join(providers)}; "
-        f"{len(cfg.budgets)} budget(s); database {redact_url(cfg.daemon.resolved_database_url())}",
+        f"{len(cfg.budgets)} budget(s); database {cfg.daemon.masked_database_url()}",
         markup=False,
         highlight=False,
     )
@@ -430,9 +436,50 @@ def _mount_bench() -> None:
 _mount_bench()
 
 
+def _print_error(text: str, exit_code: int) -> None:
+    """Each problem on its own 'error: ' line, as plain text (no Rich markup), passwords masked."""
+    from scheduler.errors import mask_urls
+
+    red = sys.stderr.isatty()
+    for line in mask_urls(str(text)).splitlines() or [""]:
+        prefix = "\x1b[31merror:\x1b[0m" if red else "error:"
+        sys.stderr.write(f"{prefix} {line}\n")
+    sys.stderr.flush()
+    sys.exit(exit_code)
+
+
+_last_db_url: list[str] = []  # the URL of the database most recently connected to
+
+
+def _remember_db_urls() -> None:
+    """Note each engine's URL as it connects, so a database error can say which database."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    @event.listens_for(Engine, "handle_error")
+    def _failed(ctx) -> None:  # type: ignore[no-untyped-def]
+        if ctx.engine is not None:  # also set for errors while connecting
+            _last_db_url[:] = [ctx.engine.url.render_as_string(hide_password=True)]
+
+
+def _database_problem(e: Exception) -> str:
+    where = _last_db_url[0] if _last_db_url else "the configured database_url"
+    detail = str(getattr(e, "orig", None) or e).splitlines()[0] if str(e) else type(e).__name__
+    text = detail.lower()
+    if "not a database" in text or "malformed" in text or "no such table" in text:
+        return f"the database at {where} is not a spotwise database or is corrupted: {detail}"
+    return f"the database at {where} cannot be used: {detail}"
+
+
 def main() -> None:
+    import sqlite3
+
+    from sqlalchemy.exc import DatabaseError
+
+    _remember_db_urls()
     try:
         app()
     except UserError as e:
-        err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-        sys.exit(e.exit_code)
+        _print_error(str(e), e.exit_code)
+    except (DatabaseError, sqlite3.DatabaseError) as e:
+        _print_error(_database_problem(e), UserError.exit_code)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -17,9 +16,21 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from providers.aws.settings import AwsSettings
 from providers.local.settings import LocalSettings
-from providers.settings import Duration, StrictModel
+from providers.settings import Duration, Interval, PositiveDuration, StrictModel
 from scheduler.budget import BudgetRule, Window
-from scheduler.errors import UserError, format_validation_error
+from scheduler.errors import (
+    UserError,
+    clean,
+    format_validation_error,
+    key_lines,
+    mask_urls,
+    parse_toml,
+    read_toml_file,
+    unusable_values,
+)
+from scheduler.jobspec import normalise_team
+
+__all__ = ["Config", "key_lines", "load_config", "mask_database_url", "parse_config"]
 
 DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
 
@@ -39,30 +50,32 @@ class DaemonSettings(StrictModel):
     state_dir: Path | None = None
     database_url: str | None = None  # default: sqlite:///<state_dir>/spotwise.db
     owner: str = Field(default="spotwise", pattern=r"^[A-Za-z0-9_.-]+$")
-    reconcile_interval: Duration = timedelta(seconds=5)
-    price_interval: Duration = timedelta(minutes=5)
-    accrue_interval: Duration = timedelta(seconds=30)
-    # How long a pool stays out of placement after a capacity error.
+    # Polling intervals (clock time): at least 100 ms, a 0 would spin.
+    reconcile_interval: Interval = timedelta(seconds=5)
+    price_interval: Interval = timedelta(minutes=5)
+    accrue_interval: Interval = timedelta(seconds=30)
+    # How long a pool stays out of placement after a capacity error (0: not at all).
     unavailable_ttl: Duration = timedelta(minutes=15)
-    # How long a job avoids the pool that just interrupted it.
+    # How long a job avoids the pool that just interrupted it (0: not at all).
     avoid_after_interrupt: Duration = timedelta(minutes=30)
-    # Tagged instances with no live attempt are terminated after this long.
-    leak_grace: Duration = timedelta(minutes=5)
+    # Tagged instances with no live attempt are terminated after this long (> 0: a launch
+    # in flight would otherwise be killed as a leak).
+    leak_grace: PositiveDuration = timedelta(minutes=5)
     # An attempt that never reports an instance within this time is failed and retried.
-    launch_timeout: Duration = timedelta(minutes=10)
+    launch_timeout: PositiveDuration = timedelta(minutes=10)
     # Time a job needs to checkpoint and stop; budgets keep this much headroom.
     stop_grace: Duration = timedelta(minutes=2)
     # Attempts that may be lost or rejected before the job fails; preemptions draw on their
     # own budget (None: unlimited), as Ray Train's max_failures / max_preemption_failures.
-    max_attempts: int = Field(default=3, ge=1)
-    max_preemptions: int | None = Field(default=None, ge=0)
+    max_attempts: int = Field(default=3, ge=1, le=1_000_000)
+    max_preemptions: int | None = Field(default=None, ge=0, le=1_000_000)
     # A job whose reconcile step fails this many times in a row is FAILED with the reason.
-    quarantine_after: int = Field(default=5, ge=1)
+    quarantine_after: int = Field(default=5, ge=1, le=1_000_000)
     # Per-job back-off after a failed step or launch: base * 2^n, capped.
-    backoff_base: Duration = timedelta(seconds=10)
-    backoff_max: Duration = timedelta(minutes=10)
+    backoff_base: PositiveDuration = timedelta(seconds=10)
+    backoff_max: PositiveDuration = timedelta(minutes=10)
     # Every cloud call has a deadline (real seconds): one slow cloud stalls nothing else.
-    call_timeout: Duration = timedelta(seconds=60)
+    call_timeout: PositiveDuration = timedelta(seconds=60)
     # Retention of history (clock time); finished jobs and their attempts are kept.
     event_retention: Duration = timedelta(days=90)
     price_retention: Duration = timedelta(days=30)
@@ -72,12 +85,27 @@ class DaemonSettings(StrictModel):
 
     # Where jobs without their own `checkpoint` URI keep checkpoints: <root>/<job id>.
     checkpoint_root: str | None = None
+    # The teams jobs may name (lowercase); empty: any team. Jobs naming no team are "default".
+    teams: list[str] = Field(default_factory=list)
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, v: list[str]) -> list[str]:
+        out = [normalise_team(t) for t in v]
+        dupes = sorted({t for t in out if out.count(t) > 1})
+        if dupes:
+            raise ValueError(f"team names must be unique (case is ignored): {', '.join(dupes)}")
+        return out
 
     def resolved_state_dir(self) -> Path:
         return (self.state_dir or default_state_dir()).expanduser()
 
     def resolved_database_url(self) -> str:
         return self.database_url or f"sqlite:///{self.resolved_state_dir() / 'spotwise.db'}"
+
+    def masked_database_url(self) -> str:
+        """The database URL with any password replaced by ***, for printing."""
+        return mask_database_url(self.resolved_database_url())
 
     def resolved_checkpoint_root(self) -> str:
         return self.checkpoint_root or (self.resolved_state_dir() / "checkpoints").as_uri()
@@ -115,8 +143,11 @@ class BudgetSettings(StrictModel):
     @field_validator("scope")
     @classmethod
     def _scope(cls, v: str) -> str:
-        if v != "global" and not re.match(r"^(team|job):[\w.-]+$", v):
+        v = v.strip()
+        if v != "global" and not re.fullmatch(r"(team|job):[\w.-]{1,63}", v):
             raise ValueError("scope must be 'global', 'team:NAME' or 'job:NAME'")
+        if v.startswith("team:"):  # teams are case-insensitive: 'Research' is 'research'
+            v = "team:" + normalise_team(v[5:])
         return v
 
     def rule(self) -> BudgetRule:
@@ -152,6 +183,12 @@ class Config(StrictModel):
         dupes = {n for n in names if names.count(n) > 1}
         if dupes:
             raise ValueError(f"budget names must be unique: {', '.join(sorted(dupes))}")
+        d = self.daemon
+        if any(b.hard for b in self.budgets) and d.accrue_interval + d.stop_grace <= timedelta(0):
+            raise ValueError(
+                "daemon.accrue_interval + daemon.stop_grace must be > 0 with a hard budget "
+                "(it is the headroom a job needs to stop before the limit)"
+            )
         return self
 
     def with_default_provider(self) -> Config:
@@ -185,50 +222,54 @@ def load_config(path: str | Path | None = None) -> Config:
     found = find_config(path)
     if found is None:
         return Config().with_default_provider()
-    try:
-        text = found.read_text()
-    except FileNotFoundError:
-        raise UserError(f"{found}: no such config file") from None
-    except OSError as e:
-        raise UserError(f"{found}: cannot read: {e.strerror}") from None
-    return parse_config(text, source=str(found))
+    data, text = read_toml_file(found, "config file")
+    return _validate(data, text, str(found))
 
 
 def parse_config(text: str, source: str = "<config>") -> Config:
+    return _validate(parse_toml(text, source), text, source)
+
+
+def _validate(data: dict[str, Any], text: str, source: str) -> Config:
+    lines = key_lines(text)
+    problems = unusable_values(data, lines, source)
+    if problems:
+        raise UserError("\n".join(problems))
     try:
-        data: dict[str, Any] = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise UserError(f"{source}: not valid TOML: {e}") from None
-    try:
-        return Config.model_validate(data).with_default_provider()
+        config = Config.model_validate(data).with_default_provider()
     except ValidationError as e:
-        raise UserError(format_validation_error(e, source, key_lines(text))) from None
+        raise UserError(mask_urls(format_validation_error(e, source, lines))) from None
+    except RecursionError:
+        raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None
+    problems = _cross_checks(config, lines, clean(source, 200))
+    if problems:
+        raise UserError("\n".join(problems))
+    return config
 
 
-_HEADER = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?")
-_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\"'.]+)\s*=")
+def _cross_checks(config: Config, lines: dict[str, int], source: str) -> list[str]:
+    """Checks across sections, reported at the key that is wrong."""
+    out = []
+    teams = config.daemon.teams
+    for i, b in enumerate(config.budgets):
+        team = b.scope[5:] if b.scope.startswith("team:") else None
+        if teams and team is not None and team not in teams:
+            key = f"budgets.{i}.scope"
+            where = f"{key} (line {lines[key]})" if key in lines else key
+            out.append(
+                f"{source}: {where}: team {team!r} is not in daemon.teams"
+                f"{_did_you_mean(team, teams)}; teams: {', '.join(teams)}"
+            )
+    return out
 
 
-def key_lines(text: str) -> dict[str, int]:
-    """Map dotted keys ('daemon.reconcile_interval', 'budgets.0.limit_usd') to their line."""
-    lines: dict[str, int] = {}
-    prefix = ""
-    arrays: dict[str, int] = {}
-    for n, line in enumerate(text.splitlines(), start=1):
-        if line.lstrip().startswith("#"):
-            continue
-        h = _HEADER.match(line)
-        if h:
-            name = h.group(2).strip()
-            if h.group(1) == "[[":
-                arrays[name] = arrays.get(name, -1) + 1
-                prefix = f"{name}.{arrays[name]}"
-            else:
-                prefix = name
-            lines.setdefault(prefix, n)
-            continue
-        k = _KEY.match(line)
-        if k:
-            key = k.group(1).strip("\"'")
-            lines[f"{prefix}.{key}" if prefix else key] = n
-    return lines
+def mask_database_url(url: str) -> str:
+    """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db'."""
+    return mask_urls(url)
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    import difflib
+
+    hits = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {hits[0]!r}?)" if hits else ""

@@ -1,6 +1,19 @@
-"""Errors a user can cause, rendered as one clear line instead of a traceback."""
+"""Errors a user can cause, rendered as one clear line instead of a traceback.
+
+Also the shared pieces every user-facing file reader needs: reading a TOML file from bytes
+(binary, bad UTF-8, nesting too deep and huge numbers become one UserError), mapping dotted keys
+to line numbers, rejecting values no consumer can handle (inf/nan, NUL characters), and masking
+passwords in URLs before anything is printed.
+"""
 
 from __future__ import annotations
+
+import math
+import re
+import stat
+import tomllib
+from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -11,6 +24,22 @@ class UserError(Exception):
     exit_code = 2
 
 
+_URL_PASSWORD = re.compile(
+    r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/@'\"]{0,200}:)[^\s@/'\"]{1,500}@"
+)
+
+
+def mask_urls(text: str) -> str:
+    """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db', anywhere in text."""
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+def clean(text: str, limit: int = 120) -> str:
+    """User text made safe for one error line: control characters escaped, length capped."""
+    out = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text[: limit + 1])
+    return out if len(out) <= limit else out[: limit - 3] + "..."
+
+
 def format_validation_error(
     err: ValidationError, source: str, lines: dict[str, int] | None = None
 ) -> str:
@@ -19,11 +48,134 @@ def format_validation_error(
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         line = (lines or {}).get(key)
-        where = f"{key} (line {line})" if line else key
+        shown = clean(key, 80)
+        where = f"{shown} (line {line})" if line else shown
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             msg = "unknown key (check the spelling)"
         elif e["type"] == "missing":
             msg = "required key is missing"
-        out.append(f"{source}: {where}: {msg}")
-    return "\n".join(out)
+        out.append(f"{clean(source, 200)}: {where}: {clean(msg, 400)}")
+    return "\n".join(dict.fromkeys(out))  # a problem reported twice is shown once
+
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
+    try:
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or /dev/zero would never end
+            raise UserError(f"{path}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: {st.st_size:,} bytes is too large for a {what}")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path}: not a text file (invalid UTF-8 at byte {e.start}); "
+            "a config or job file is TOML text"
+        ) from None
+    return parse_toml(text, str(path)), text
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """tomllib.loads, with every failure (including ones tomllib does not wrap) a UserError."""
+    if text.startswith("\ufeff"):  # a byte-order mark from some editors
+        text = text[1:]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{clean(source, 200)}: not valid TOML: {clean(str(e), 200)}") from None
+    except RecursionError:
+        raise UserError(f"{clean(source, 200)}: not valid TOML: nested too deeply") from None
+    except (ValueError, OverflowError, MemoryError) as e:  # e.g. an integer of 5,000 digits
+        raise UserError(f"{clean(source, 200)}: not valid TOML: {clean(str(e), 200)}") from None
+    return data
+
+
+def unusable_values(data: Any, lines: dict[str, int], source: str) -> list[str]:
+    """Problems no validator downstream can handle, anywhere in a parsed file.
+
+    inf/nan floats (TOML allows them; a price or a CPU count never is) and strings holding a
+    NUL character (the OS cannot pass them to a process or store them in a path).
+    """
+    problems: list[str] = []
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack and len(problems) < 20:
+        key, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}" if key else str(k), v) for k, v in value.items())
+            for k in value:
+                if "\x00" in str(k):
+                    problems.append(
+                        _at(source, key or "(top level)", lines, "a key contains a NUL character")
+                    )
+        elif isinstance(value, list):
+            stack.extend((f"{key}.{i}", v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            problems.append(
+                _at(source, key, lines, f"{value} is not allowed here; give a finite number")
+            )
+        elif isinstance(value, str) and "\x00" in value:
+            problems.append(_at(source, key, lines, "contains a NUL character (\\u0000)"))
+    return sorted(problems)
+
+
+def _at(source: str, key: str, lines: dict[str, int], msg: str) -> str:
+    line = lines.get(key)
+    if line is None and "." in key:  # a list element: the list's own line
+        line = lines.get(key.rsplit(".", 1)[0])
+    shown = clean(key, 80)
+    where = f"{shown} (line {line})" if line else shown
+    return f"{clean(source, 200)}: {where}: {msg}"
+
+
+def key_lines(text: str) -> dict[str, int]:
+    """Map dotted keys ('daemon.reconcile_interval', 'budgets.0.limit_usd') to their line.
+
+    Plain string operations only: it runs on whatever a user wrote, so it must stay linear.
+    """
+    lines: dict[str, int] = {}
+    prefix = ""
+    arrays: dict[str, int] = {}
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line[0] == "#":
+            continue
+        if line[0] == "[":
+            is_array = line.startswith("[[")
+            body = line[2:] if is_array else line[1:]
+            end = body.find("]")
+            if end < 0:
+                continue
+            name = _dotted(body[:end])
+            if is_array:
+                arrays[name] = arrays.get(name, -1) + 1
+                prefix = f"{name}.{arrays[name]}"
+            else:
+                prefix = name
+            lines.setdefault(prefix, n)
+            continue
+        eq = line.find("=")
+        if eq <= 0:
+            continue
+        key = _dotted(line[:eq])
+        if key:
+            lines[f"{prefix}.{key}" if prefix else key] = n
+    return lines
+
+
+def _dotted(text: str) -> str:
+    """'a . "b"' -> 'a.b' (TOML dotted and quoted keys, as pydantic's error loc shows them)."""
+    return ".".join(p.strip().strip("\"'") for p in text.split("."))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,6 +56,27 @@ class LocalSettings(StrictModel):
         if v not in names:
             raise ValueError(f"unknown trace {v!r}; shipped traces: {', '.join(names)}")
         return v
+
+    @field_validator("clouds", "regions")
+    @classmethod
+    def _offered(cls, v: list[str] | None, info: Any) -> list[str] | None:
+        """A subset the shipped catalog does not offer would leave the market empty."""
+        if v is None:
+            return v
+        from providers.local.catalog import load_catalog
+
+        rows = load_catalog()
+        field = "cloud" if info.field_name == "clouds" else "region"
+        known = sorted({getattr(r, field) for r in rows})
+        out = [x.strip().lower() for x in v]
+        for x in out:
+            if x not in known:
+                hits = difflib.get_close_matches(x, known, n=1, cutoff=0.5)
+                mean = f"did you mean {hits[0]!r}? " if hits else ""
+                raise ValueError(
+                    f"the local market has no {field} {x[:40]!r}; {mean}valid: {', '.join(known)}"
+                )
+        return out
 
     @model_validator(mode="after")
     def _start_inside_trace(self) -> LocalSettings:

@@ -10,6 +10,10 @@ gpu_count, gpu_memory_gb (per GPU), vcpus, memory_gb, price, spot_price ('' = no
   T4/V100/P100/P4 in the counts and vCPU limits GCP allows); the price is host + GPUs. TPU
   rows are dropped, CPU-only VMs kept.
 - Azure: no zones, so zone = region. Fractional-GPU sizes keep their model with 0 GPUs.
+- GPU names are canonical (providers.gpus): model family + memory per GPU, so 'A100-80GB' is
+  model A100 with 80 GB and 'V100-32GB' is V100 with 32 GB, as in every other catalog.
+- AWS Local Zones (use1-atl2-az1) keep their own zone name (us-east-1-atl-2a).
+- One row per pool (cloud, zone, instance type): the script stops if two rows would share one.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))  # the repository root, for providers.gpus
+from providers.gpus import canonical  # noqa: E402
+
 COLUMNS = [
     "cloud", "region", "zone", "instance_type", "gpu_model", "gpu_count", "gpu_memory_gb",
     "vcpus", "memory_gb", "price", "spot_price",
@@ -67,14 +74,30 @@ def _mem_per_gpu(gpu: str, info: str, count: float) -> float:
 
 
 def _row(cloud, region, zone, itype, gpu, count, mem, vcpus, ram, price, spot) -> list:  # type: ignore[no-untyped-def]
+    if gpu:
+        found = canonical(gpu, mem or None)
+        if found is None:
+            raise SystemExit(f"unknown GPU {gpu!r}: add it to providers/gpus.py")
+        gpu, mem = found
     return [cloud, region, zone, itype, gpu, count, mem, vcpus, ram, price, spot]
+
+
+def aws_zone_name(region: str, az_id: str) -> str:
+    """use1-az4 -> us-east-1d; a Local Zone keeps its own: use1-atl2-az1 -> us-east-1-atl-2a."""
+    prefix, n = az_id.rsplit("-az", 1)
+    letter = "abcdefghij"[int(n) - 1]
+    parts = prefix.split("-")
+    if len(parts) == 1:
+        return f"{region}{letter}"
+    group = parts[1]  # 'atl2' -> 'atl-2'
+    i = len(group.rstrip("0123456789"))
+    return f"{region}-{group[:i]}-{group[i:]}{letter}"
 
 
 def aws(src: Path) -> list[list]:
     out = []
     for r in _read(src / "aws_vms.csv"):
-        n = int(r["AvailabilityZone"].rsplit("az", 1)[1])
-        zone = f"{r['Region']}{'abcdefghij'[n - 1]}"
+        zone = aws_zone_name(r["Region"], r["AvailabilityZone"])
         count = float(r["AcceleratorCount"] or 0)
         gpu = r["AcceleratorName"]
         out.append(_row("aws", r["Region"], zone, r["InstanceType"], gpu, int(count),
@@ -110,6 +133,8 @@ def gcp(src: Path) -> list[list]:
                     if vcpus <= vmax
                 ]  # fmt: skip
                 out.append(_plain("gcp", r))  # the bare N1 host is an offering too
+                if not attach:  # (an N1 host too large for any GPU: listed once, not twice)
+                    continue
         if not attach:
             out.append(_plain("gcp", r))
             continue
@@ -147,11 +172,22 @@ def azure(src: Path) -> list[list]:
     return out
 
 
+def unique_pools(rows: list[list]) -> list[list]:
+    """One row per (cloud, zone, instance type); exact repeats dropped, conflicts are an error."""
+    seen: dict[tuple, list] = {}
+    for r in rows:
+        key = (r[0], r[2], r[3])
+        if key in seen and seen[key] != r:
+            raise SystemExit(f"two different rows for pool {key}: {seen[key]} / {r}")
+        seen.setdefault(key, r)
+    return list(seen.values())
+
+
 def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit(__doc__)
     src = Path(argv[0])
-    rows = aws(src) + gcp(src) + azure(src)
+    rows = unique_pools(aws(src) + gcp(src) + azure(src))
     buf = io.StringIO(newline="")
     w = csv.writer(buf)
     w.writerow(COLUMNS)

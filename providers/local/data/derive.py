@@ -15,15 +15,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[2]))  # the repository root, for providers.gpus
+from providers.gpus import canonical  # noqa: E402
+
 ZONES = [
     "us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f",
     "us-east-2a", "us-east-2b", "us-west-2a", "us-west-2b", "us-west-2c",
 ]  # fmt: skip
 TRACE_NAME = "aws-v100-2023-02-15"
-GPU_MEMORY_GB = {
-    "V100": 16, "V100-32GB": 32, "A100": 40, "A100-80GB": 80, "H100": 80,
-    "T4": 16, "L4": 24, "A10": 24, "A10G": 24,
-}  # fmt: skip
 # p3.2xlarge shape and on-demand price (facts; the trace's own price_info gives 3.06 $/h).
 P3_2XLARGE = {"gpu": "V100", "count": 1, "vcpus": 8, "memory": 61, "price": 3.06}
 
@@ -58,9 +57,28 @@ COLUMNS = [
 
 
 def aws_zone_name(region: str, az_id: str) -> str:
-    """AZ IDs (use1-az4) map to names per account; we use azN -> N-th letter for display."""
-    n = int(az_id.rsplit("az", 1)[1])
-    return f"{region}{'abcdefgh'[n - 1]}"
+    """AZ IDs (use1-az4) map to names per account; we use azN -> N-th letter for display.
+
+    A Local Zone ID (use1-atl2-az1: Atlanta, in us-east-1) keeps its own name
+    (us-east-1-atl-2a), never its parent region's first zone: its prices are its own.
+    """
+    prefix, n = az_id.rsplit("-az", 1)
+    letter = "abcdefgh"[int(n) - 1]
+    parts = prefix.split("-")
+    if len(parts) == 1:
+        return f"{region}{letter}"
+    group = parts[1]  # 'atl2' -> 'atl-2'
+    i = len(group.rstrip("0123456789"))
+    return f"{region}-{group[:i]}-{group[i:]}{letter}"
+
+
+def gpu(name: str, memory_gb: float | None = None) -> tuple[str, float]:
+    """The canonical (model, GB per GPU) of a catalog's accelerator name (providers.gpus)."""
+    found = canonical(name, memory_gb)
+    if found is None:
+        raise SystemExit(f"unknown GPU {name!r}: add it to providers/gpus.py")
+    model, mem = found
+    return model, int(mem) if mem == int(mem) else mem  # type: ignore[return-value]
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
@@ -80,11 +98,11 @@ def catalog_rows(shared: Path, trace_means: dict[str, float]) -> list[dict[str, 
     for r in read_csv(shared / "catalog" / "aws_vms.csv"):
         if r["Region"] not in AWS_PICK.get(r["InstanceType"], ()) or not r["SpotPrice"]:
             continue
-        gpu = r["AcceleratorName"]
+        model, mem = gpu(r["AcceleratorName"])
         rows.append(
             dict(cloud="aws", region=r["Region"], zone=aws_zone_name(r["Region"],
-                 r["AvailabilityZone"]), instance_type=r["InstanceType"], gpu_model=gpu,
-                 gpu_count=int(float(r["AcceleratorCount"])), gpu_memory_gb=GPU_MEMORY_GB[gpu],
+                 r["AvailabilityZone"]), instance_type=r["InstanceType"], gpu_model=model,
+                 gpu_count=int(float(r["AcceleratorCount"])), gpu_memory_gb=mem,
                  vcpus=float(r["vCPUs"]), memory_gb=float(r["MemoryGiB"]),
                  price=float(r["Price"]), spot_price=float(r["SpotPrice"]))
         )  # fmt: skip
@@ -103,8 +121,8 @@ def catalog_rows(shared: Path, trace_means: dict[str, float]) -> list[dict[str, 
             continue
         rows.append(
             dict(cloud="gcp", region=r["Region"], zone=r["AvailabilityZone"],
-                 instance_type=r["InstanceType"], gpu_model=pick[0], gpu_count=pick[1],
-                 gpu_memory_gb=GPU_MEMORY_GB[pick[0]], vcpus=float(r["vCPUs"]),
+                 instance_type=r["InstanceType"], gpu_model=gpu(pick[0])[0], gpu_count=pick[1],
+                 gpu_memory_gb=gpu(pick[0])[1], vcpus=float(r["vCPUs"]),
                  memory_gb=float(r["MemoryGiB"]),
                  price=round(float(r["Price"]) + float(g["Price"]), 5),
                  spot_price=round(float(r["SpotPrice"]) + float(g["SpotPrice"]), 5))
@@ -114,11 +132,11 @@ def catalog_rows(shared: Path, trace_means: dict[str, float]) -> list[dict[str, 
             continue
         if not r["SpotPrice"]:
             continue
-        gpu = r["AcceleratorName"]
+        model, mem = gpu(r["AcceleratorName"])
         rows.append(
             dict(cloud="azure", region=r["Region"], zone=r["Region"],
-                 instance_type=r["InstanceType"], gpu_model=gpu,
-                 gpu_count=int(float(r["AcceleratorCount"])), gpu_memory_gb=GPU_MEMORY_GB[gpu],
+                 instance_type=r["InstanceType"], gpu_model=model,
+                 gpu_count=int(float(r["AcceleratorCount"])), gpu_memory_gb=mem,
                  vcpus=float(r["vCPUs"]), memory_gb=float(r["MemoryGiB"]),
                  price=float(r["Price"]), spot_price=float(r["SpotPrice"]))
         )  # fmt: skip
@@ -160,11 +178,12 @@ def main() -> None:
     with gzip.GzipFile(out, "wb", mtime=0) as f:
         f.write(json.dumps(t, separators=(",", ":")).encode())
     rows, seen = [], set()
-    for r in catalog_rows(shared, means):  # the AWS mirror repeats some AZs; keep the first
+    for r in catalog_rows(shared, means):  # one row per pool: (cloud, zone, instance type)
         key = (r["cloud"], r["zone"], r["instance_type"])
-        if key not in seen:
-            seen.add(key)
-            rows.append(r)
+        if key in seen:
+            raise SystemExit(f"duplicate pool {key}: the sources disagree; resolve it here")
+        seen.add(key)
+        rows.append(r)
     with (HERE / "catalog.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
