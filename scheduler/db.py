@@ -164,7 +164,7 @@ def open_existing(url: str) -> Engine:
 
 def _unusable(url: str, e: BaseException) -> str:
     first = str(getattr(e, "orig", e)).splitlines()[0] if str(e) else type(e).__name__
-    return f"the database at {redact_url(url)} is not a spotwise database or is damaged: {first}"
+    return f"the database at {redact_url(url)} is not a spotwise database or is corrupted: {first}"
 
 
 __all__ = ["Session", "make_engine", "open_db", "open_existing", "redact_url", "select", "upgrade"]
