@@ -44,7 +44,13 @@ TAG_TOKEN = "spotwise-token"
 TAG_VM = "spotwise-vm"  # on a NIC, disk or IP: the VM it was made for
 TAG_MAX_PRICE = "spotwise-max-price"  # optional per-launch billingProfile.maxPrice
 # ARM answers these while a NIC or IP is still attached to something being deleted.
-_IN_USE = ("InUse", "NicReservedForAnotherVm", "OperationNotAllowed", "AnotherOperationInProgress")
+_IN_USE = (
+    "InUse",
+    "NicReservedForAnotherVm",
+    "PublicIPAddressCannotBeDeleted",
+    "OperationNotAllowed",
+    "AnotherOperationInProgress",
+)
 
 
 def vm_name(token: str) -> str:
@@ -416,8 +422,10 @@ class Instances:
             if ref.kind is ResourceKind.INSTANCE:
                 with self._lock:
                     self._deleted[ref.id] = now
-                if not self._delete(ref):
-                    self._delete_network(ref.id)  # the VM is gone: collect what it left
+                self._delete(ref)
+                # ARM answers 204 for a VM that is already gone, so always try what it may
+                # have left: still attached (in use) is no error, the next pass gets it.
+                self._delete_network(ref.id)
             else:
                 self._delete(ref)
 

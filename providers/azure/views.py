@@ -163,4 +163,3 @@ def resource(raw: dict[str, Any], kind: ResourceKind, scope: str) -> TaggedResou
         kind=kind,
     )
     return TaggedResource(ref, tags, live=True, created_at=parse_time(props.get("timeCreated")))
-

@@ -68,9 +68,10 @@ def test_the_same_token_gives_one_vm(provider, arm, rg) -> None:
     first = provider.launch(req)
     again = provider.launch(req)
     assert [i.id for i in again] == [i.id for i in first]
-    assert arm.names("virtualMachines") and len(
-        [n for n in arm.names("virtualMachines") if n == first[0].id]
-    ) == 1
+    assert (
+        arm.names("virtualMachines")
+        and len([n for n in arm.names("virtualMachines") if n == first[0].id]) == 1
+    )
     puts = [b for m, p, b in arm.requests if m == "PUT" and p.endswith(first[0].id)]
     assert len(puts) == 1
     assert [i.id for i in provider.find_by_token(req.token)] == [first[0].id]
