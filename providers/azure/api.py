@@ -74,7 +74,9 @@ class Api:
         if credential is None and settings.credentials == "anonymous":
             log.warning('azure: credentials = "anonymous": no token is sent (local fakes only)')
             credential, self._auth_policy = _Anonymous(), authentication_policy or _NoAuth()
-        self._credential = _Recording(credential) if credential is not None else None
+        if credential is not None and not isinstance(credential, _Recording):
+            credential = _Recording(credential)
+        self._credential: _Recording | None = credential
         self._compute: Any = None
         self._network: Any = None
 

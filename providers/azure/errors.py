@@ -127,6 +127,11 @@ def translate(
         out = QuotaExceeded(message, pool)
     elif kind is FailureKind.CAPACITY:
         out = CapacityUnavailable(message, pool)
+    elif isinstance(exc, ServiceRequestError) and "non-TLS" in str(exc):
+        out = FatalError(
+            f"azure {what}: azure-core never sends a token over http; use an https base_url, "
+            'or credentials = "anonymous" for a local fake'
+        )
     elif isinstance(exc, ClientAuthenticationError) or code in FATAL_CODES:
         out = FatalError(message)
     elif status == 429 or code in THROTTLE_CODES:

@@ -26,7 +26,10 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_spot_launch_sends_the_right_wire_fields(make, arm, rg) -> None:
-    ident = f"/subscriptions/x/resourceGroups/{rg}/providers/Microsoft.ManagedIdentity/userAssignedIdentities/sw"
+    ident = (
+        f"/subscriptions/x/resourceGroups/{rg}/providers/Microsoft.ManagedIdentity/"
+        "userAssignedIdentities/sw"
+    )
     p = make(identity=ident, os_disk_gb=256, image="Canonical:ubuntu-24_04-lts:server:latest")
     req = request_for()
     (inst,) = p.launch(req)

@@ -142,7 +142,6 @@ def test_credentials_are_never_printed(make, arm, caplog) -> None:
 
     cred = _Recording(_Secret())
     p = make(credential=cred, authentication_policy=_PlainBearer(cred))
-    p._api._credential = cred  # the same recorder the policy asks
     arm.echo_auth = True
     with caplog.at_level(logging.DEBUG), pytest.raises(FatalError) as info:
         p.launch(request_for())
@@ -158,3 +157,12 @@ def test_anonymous_credentials_are_logged_as_a_warning(make, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="spotwise.providers.azure"):
         make()
     assert "anonymous" in caplog.text
+
+
+def test_a_real_token_is_never_sent_over_http(make, arm) -> None:
+    p = make(credential=_Secret())  # the default ARM bearer policy, base_url http://
+    n = len(arm.requests)
+    with pytest.raises(FatalError) as info:
+        p.find_by_token("t")
+    assert "http" in str(info.value) and SECRET not in str(info.value)
+    assert len(arm.requests) == n
