@@ -20,7 +20,7 @@ def build_providers(config: Config) -> dict[str, Provider]:
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
     if p.azure is not None and p.azure.enabled:
-        from providers.azure import AzureProvider
+        from providers.azure.provider import AzureProvider
 
         out["azure"] = AzureProvider(p.azure, owner=config.daemon.owner)
     return out

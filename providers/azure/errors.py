@@ -144,5 +144,5 @@ def translate(
         out = FatalError(message)
     else:
         out = TransientError(message)
-    out.azure_code = code  # type: ignore[attr-defined]
+    out.azure_code = code  # type: ignore[union-attr,attr-defined]
     return out

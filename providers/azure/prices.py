@@ -109,7 +109,7 @@ def _take(
     meter = str(item.get("meterName", ""))
     sku = str(item.get("armSkuName", ""))
     try:
-        price = float(item.get("retailPrice", item.get("unitPrice")))
+        price = float(item.get("retailPrice", item.get("unitPrice")) or 0)
     except (TypeError, ValueError):
         return
     if not sku or price <= 0:
