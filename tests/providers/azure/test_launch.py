@@ -60,7 +60,9 @@ def test_spot_launch_sends_the_right_wire_fields(make, arm, rg) -> None:
     assert "argv=( python3 train.py --epochs 3 )" in script
     assert "python3 -m trainer.outcome" in script and "s3://bucket/j1/exits/2.json" in script
     # The NIC was created first, in the configured subnet, tagged like the VM.
-    nic_doc = next(b for m, path, b in arm.requests if m == "PUT" and "networkInterfaces" in path)
+    nic_doc = next(
+        b for m, path, b in arm.requests if m == "PUT" and path.endswith(f"{inst.id}-nic")
+    )
     ipconf = nic_doc["properties"]["ipConfigurations"][0]["properties"]
     assert ipconf["subnet"]["id"].endswith("/subnets/default")
     assert nic_doc["tags"][TAG_OWNER] == OWNER
