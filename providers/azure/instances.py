@@ -23,8 +23,6 @@ from providers.azure.offerings import CLOUD, split_zone
 from providers.azure.userdata import custom_data
 from providers.azure.views import resource, to_instance, vanished
 from providers.base import (
-    TAG_ATTEMPT,
-    TAG_JOB,
     TAG_NODE,
     TAG_OWNER,
     FatalError,
@@ -51,6 +49,10 @@ _IN_USE = (
     "OperationNotAllowed",
     "AnotherOperationInProgress",
 )
+
+
+# describe() lists the resource group instead of one GET per VM above this many refs.
+LIST_OVER = 3
 
 
 def vm_name(token: str) -> str:
@@ -311,9 +313,26 @@ class Instances:
         return inst
 
     def describe(self, refs: Sequence[ResourceRef]) -> list[Instance]:
+        """One GET per VM, or one list of the resource group when several are asked for
+        (ARM's read budget is per subscription and hour)."""
+        listed: dict[str, dict[str, dict[str, Any]]] = {}
+        groups: dict[str, int] = {}
+        for ref in refs:
+            groups[ref.scope or self._rg] = groups.get(ref.scope or self._rg, 0) + 1
+        compute = self._api.compute()
+        for rg, n in groups.items():
+            if n > LIST_OVER:
+                vms = self._api.call(
+                    f"list VMs in {rg}",
+                    lambda rg=rg: [
+                        wire(v) for v in compute.virtual_machines.list(rg, expand="instanceView")
+                    ],
+                )
+                listed[rg] = {str(v.get("name", "")).lower(): v for v in vms}
         out = []
         for ref in refs:
-            raw = self._get(ref.scope or self._rg, ref.id)
+            rg = ref.scope or self._rg
+            raw = listed[rg].get(ref.id.lower()) if rg in listed else self._get(rg, ref.id)
             if raw is not None:
                 out.append(self._view(raw, ref))
                 continue
@@ -454,6 +473,3 @@ class Instances:
                 exc, what=f"delete {what} {ref.id}", secrets=self._api.secrets()
             ) from None
         return True
-
-
-__all__ = ["TAG_ATTEMPT", "TAG_JOB", "TAG_TOKEN", "Instances", "vm_name"]

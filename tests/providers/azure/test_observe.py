@@ -166,3 +166,17 @@ def test_a_real_token_is_never_sent_over_http(make, arm) -> None:
         p.find_by_token("t")
     assert "http" in str(info.value) and SECRET not in str(info.value)
     assert len(arm.requests) == n
+
+
+def test_many_refs_are_described_with_one_list(provider, arm, rg) -> None:
+    launched = [provider.launch(request_for())[0] for _ in range(4)]
+    arm.evict(rg, launched[0].id)
+    unknown = ResourceRef("sw-unknown", "eastus", "eastus-1", rg)
+    n = len(arm.requests)
+    seen = provider.describe([i.ref for i in launched] + [unknown])
+    calls = arm.requests[n:]
+    assert len(calls) == 1 and calls[0][1].endswith("/virtualMachines")
+    assert [i.state for i in seen] == [InstanceState.ENDED] + [InstanceState.RUNNING] * 3 + [
+        InstanceState.NOT_FOUND
+    ]
+    assert seen[0].end_reason is EndReason.INTERRUPTED
