@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from providers.aws.settings import AwsSettings
+from providers.azure.settings import AzureSettings
 from providers.local.settings import LocalSettings
 from providers.settings import Duration, Interval, PositiveDuration, StrictModel
 from scheduler.budget import BudgetRule, Window
@@ -130,7 +131,7 @@ class ProvidersSettings(StrictModel):
     local: LocalSettings | None = None
     aws: AwsSettings | None = None
     gcp: _NotYetSettings | None = None
-    azure: _NotYetSettings | None = None
+    azure: AzureSettings | None = None
 
 
 class BudgetSettings(StrictModel):

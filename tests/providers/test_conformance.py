@@ -76,6 +76,20 @@ if _aws_available():
     HARNESSES["aws"] = aws_harness
 
 
+def _azure_available() -> bool:
+    try:
+        import tests.providers.azure.harness  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if _azure_available():
+    from tests.providers.azure.harness import azure_harness
+
+    HARNESSES["azure"] = azure_harness
+
+
 @pytest.fixture(params=sorted(HARNESSES))
 def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
     harness = HARNESSES[request.param](tmp_path)

@@ -1,0 +1,42 @@
+"""Every cache lifetime, timeout and time window of the Azure adapter, each with its reason."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+# Retail spot prices and the assembled offering list: Azure moves spot prices at most a few
+# times a day, and the Retail Prices API is public but rate limited (HTTP 429).
+PRICE_REFRESH = timedelta(minutes=5)
+
+# Resource SKUs (sizes, zones, restrictions): they change when Microsoft adds hardware or
+# the subscription's access changes; a day is fresh enough and costs one call per location.
+CATALOG_REFRESH = timedelta(days=1)
+
+# ARM is read-your-writes for a PUT it accepted (201): the VM is visible at once in state
+# Creating. A short grace still covers a reply lost between ARM and us.
+VISIBILITY_DELAY = timedelta(seconds=30)
+
+# Long-running operations we do wait on (a NIC or public IP, seconds in practice). The VM
+# create and every delete are never waited on: their outcome is read by describe().
+LRO_POLL = timedelta(seconds=2)
+
+# Per HTTP connection / read: ARM answers a PUT within seconds; a dead endpoint should fail
+# within one scheduler tick.
+CONNECT_TIMEOUT = timedelta(seconds=10)
+READ_TIMEOUT = timedelta(seconds=60)
+
+# azure-core's retry policy (429 and 5xx): its exponential back-off base.
+RETRY_BACKOFF = timedelta(seconds=0.8)
+
+# Retail Prices HTTP 429: wait what Retry-After says (capped) and retry within the same
+# refresh, at most this many times.
+PRICES_RETRIES = 5
+PRICES_MAX_WAIT = timedelta(seconds=60)
+
+# Our own deletes are remembered this long, so a VM that vanishes after terminate() reads
+# TERMINATED rather than evicted (the Delete eviction policy also makes a VM vanish).
+TOMBSTONE_KEEP = timedelta(hours=6)
+
+# On the VM (boot script): the exit record is retried for about half a minute.
+RECORD_ATTEMPTS = 5
+RECORD_RETRY_DELAY = timedelta(seconds=5)

@@ -1,0 +1,414 @@
+"""A loopback ARM fake: VMs, NICs, public IPs, disks, resource SKUs and long-running
+operations (Azure-AsyncOperation), for the real azure-mgmt-compute/-network clients.
+
+Stdlib only (ThreadingHTTPServer on 127.0.0.1:0). State changes that Azure makes on its own
+(allocation, a delete finishing) are applied as pending operations at the next request, so
+tests need no sleeps. Injections: `fail_create` (synchronous error on the next VM PUT),
+`fail_later` (the next VM create's operation fails with that code), `evict()`,
+`power_off()` (the job's own shutdown), `leak()` (a tagged orphan NIC/disk/IP).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+_RES = re.compile(
+    r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/"
+    r"(?P<ns>Microsoft\.Compute|Microsoft\.Network)/"
+    r"(?P<type>virtualMachines|disks|networkInterfaces|publicIPAddresses)"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<extra>instanceView))?$",
+    re.IGNORECASE,
+)
+_SKUS = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$", re.IGNORECASE)
+_OPS = re.compile(r"^/subscriptions/[^/]+/providers/Fake/operations/(?P<id>\w+)$")
+_TYPES = {
+    "virtualmachines": ("Microsoft.Compute", "virtualMachines"),
+    "disks": ("Microsoft.Compute", "disks"),
+    "networkinterfaces": ("Microsoft.Network", "networkInterfaces"),
+    "publicipaddresses": ("Microsoft.Network", "publicIPAddresses"),
+}
+
+
+class ArmError(Exception):
+    def __init__(self, status: int, code: str, message: str = "injected") -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+class FakeArm:
+    def __init__(self, skus: list[dict[str, Any]], subscription: str) -> None:
+        self.skus = skus
+        self.sub = subscription
+        self.lock = threading.RLock()
+        self.res: dict[str, dict[tuple[str, str], dict[str, Any]]] = {t: {} for t in _TYPES}
+        self.ops: dict[str, dict[str, Any]] = {}
+        self.pending: list[Callable[[], None]] = []  # applied at the next request
+        self.requests: list[tuple[str, str, Any]] = []
+        self.fail_create: ArmError | None = None
+        self.fail_later: tuple[str, str] | None = None  # (code, message) for the next create
+        self.echo_auth = False
+        self._ids = itertools.count(1)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    # -- helpers for tests -----------------------------------------------------------------
+    def rid(self, rg: str, type_: str, name: str) -> str:
+        ns, t = _TYPES[type_.lower()]
+        return f"/subscriptions/{self.sub}/resourceGroups/{rg}/providers/{ns}/{t}/{name}"
+
+    def vm(self, rg: str, name: str) -> dict[str, Any] | None:
+        with self.lock:
+            self._tick()
+            return self.res["virtualmachines"].get((rg.lower(), name.lower()))
+
+    def names(self, type_: str) -> list[str]:
+        with self.lock:
+            self._tick()
+            return sorted(d["name"] for d in self.res[type_.lower()].values())
+
+    def vm_puts(self) -> list[dict[str, Any]]:
+        return [b for m, p, b in self.requests if m == "PUT" and "/virtualMachines/" in p]
+
+    def evict(self, rg: str, name: str, *, stage: str = "gone") -> None:
+        """Spot eviction under the Delete policy: "deleting" (mid-way) or "gone"."""
+        with self.lock:
+            vm = self.res["virtualmachines"][(rg.lower(), name.lower())]
+            if stage == "deleting":
+                vm["properties"]["provisioningState"] = "Deleting"
+                vm["_power"] = "PowerState/deallocating"
+            else:
+                self._remove_vm(rg, name)
+
+    def power_off(self, rg: str, name: str) -> None:
+        with self.lock:
+            self.res["virtualmachines"][(rg.lower(), name.lower())]["_power"] = "PowerState/stopped"
+
+    def leak(self, rg: str, type_: str, name: str, tags: dict[str, str], location: str) -> None:
+        doc = {
+            "id": self.rid(rg, type_, name),
+            "name": name,
+            "location": location,
+            "type": "/".join(_TYPES[type_.lower()]),
+            "tags": dict(tags),
+            "properties": {"provisioningState": "Succeeded"},
+        }
+        if type_.lower() == "disks":
+            doc["properties"]["diskState"] = "Unattached"
+        with self.lock:
+            self.res[type_.lower()][(rg.lower(), name.lower())] = doc
+
+    # -- state machine ---------------------------------------------------------------------
+    def _tick(self) -> None:
+        todo, self.pending = self.pending, []
+        for fn in todo:
+            fn()
+
+    def _op(
+        self, status: str = "Succeeded", error: dict[str, Any] | None = None, in_progress: int = 0
+    ) -> str:
+        oid = f"op{next(self._ids)}"
+        self.ops[oid] = {"status": status, "error": error, "in_progress": in_progress}
+        return f"{self.url}/subscriptions/{self.sub}/providers/Fake/operations/{oid}"
+
+    def _remove_vm(self, rg: str, name: str) -> None:
+        vm = self.res["virtualmachines"].pop((rg.lower(), name.lower()), None)
+        if vm is None:
+            return
+        p = vm["properties"]
+        osd = p.get("storageProfile", {}).get("osDisk", {})
+        disk = self.res["disks"].get((rg.lower(), str(osd.get("name", "")).lower()))
+        if disk is not None:
+            if osd.get("deleteOption") == "Delete":
+                self.res["disks"].pop((rg.lower(), disk["name"].lower()))
+            else:
+                disk.pop("managedBy", None)
+                disk["properties"]["diskState"] = "Unattached"
+        for ref in p.get("networkProfile", {}).get("networkInterfaces", []):
+            nic_name = ref["id"].rsplit("/", 1)[-1]
+            nic = self.res["networkinterfaces"].get((rg.lower(), nic_name.lower()))
+            if nic is None:
+                continue
+            nic["properties"].pop("virtualMachine", None)
+            if (ref.get("properties") or {}).get("deleteOption") == "Delete":
+                self._remove_nic(rg, nic_name)
+
+    def _remove_nic(self, rg: str, name: str) -> None:
+        nic = self.res["networkinterfaces"].pop((rg.lower(), name.lower()), None)
+        for conf in (nic or {}).get("properties", {}).get("ipConfigurations", []):
+            pip = (conf.get("properties") or {}).get("publicIPAddress")
+            if pip:
+                ip = self.res["publicipaddresses"].get(
+                    (rg.lower(), pip["id"].rsplit("/", 1)[-1].lower())
+                )
+                if ip is not None:
+                    ip["properties"].pop("ipConfiguration", None)
+
+    def _view(self, doc: dict[str, Any], expand: bool) -> dict[str, Any]:
+        out = {k: v for k, v in doc.items() if not k.startswith("_")}
+        out["properties"] = dict(doc["properties"])
+        if expand and "_statuses" in doc:
+            statuses = list(doc["_statuses"])
+            if doc.get("_power"):
+                statuses.append({"code": doc["_power"], "level": "Info"})
+            out["properties"]["instanceView"] = {"statuses": statuses}
+        return out
+
+    # -- request handling ------------------------------------------------------------------
+    def handle(
+        self, method: str, path: str, query: dict[str, list[str]], body: Any, headers: Any
+    ) -> tuple[int, Any, dict[str, str]]:
+        with self.lock:
+            self.requests.append((method, path, body))
+            self._tick()
+            if self.echo_auth:
+                raise ArmError(
+                    403,
+                    "AuthorizationFailed",
+                    f"denied for Authorization: {headers.get('Authorization')}",
+                )
+            m = _OPS.match(path)
+            if m:
+                op = self.ops[m.group("id")]
+                if op["in_progress"] > 0:
+                    op["in_progress"] -= 1
+                    return 200, {"status": "InProgress"}, {}
+                doc = {"status": op["status"]}
+                if op["error"]:
+                    doc["error"] = op["error"]
+                return 200, doc, {}
+            if _SKUS.match(path):
+                flt = (query.get("$filter") or [""])[0]
+                loc = re.search(r"location eq '([^']+)'", flt)
+                rows = [
+                    s
+                    for s in self.skus
+                    if not loc or loc.group(1).lower() in [x.lower() for x in s["locations"]]
+                ]
+                return 200, {"value": rows}, {}
+            m = _RES.match(path)
+            if not m:
+                raise ArmError(404, "InvalidResourceType", f"no route {path}")
+            rg, type_, name = m.group("rg"), m.group("type").lower(), m.group("name")
+            store = self.res[type_]
+            expand = "instanceview" in (query.get("$expand") or [""])[0].lower()
+            if name is None:
+                if method != "GET":
+                    raise ArmError(405, "MethodNotAllowed")
+                rows = [self._view(d, expand) for (g, _), d in store.items() if g == rg.lower()]
+                return 200, {"value": rows}, {}
+            key = (rg.lower(), name.lower())
+            doc = store.get(key)
+            if method == "GET":
+                if doc is None:
+                    raise ArmError(404, "ResourceNotFound", f"{name} not found")
+                if m.group("extra"):
+                    return 200, self._view(doc, True)["properties"]["instanceView"], {}
+                return 200, self._view(doc, expand), {}
+            if method == "DELETE":
+                if doc is None:
+                    return 204, None, {}
+                return self._delete(type_, rg, name, doc)
+            if method == "PATCH":
+                if doc is None:
+                    raise ArmError(404, "ResourceNotFound", f"{name} not found")
+                doc["tags"] = dict((body or {}).get("tags") or doc.get("tags") or {})
+                return 200, self._view(doc, False), {}
+            if method == "PUT":
+                return self._put(type_, rg, name, body or {}, doc)
+            raise ArmError(405, "MethodNotAllowed")
+
+    def _delete(self, type_: str, rg: str, name: str, doc: dict[str, Any]):  # type: ignore[no-untyped-def]
+        if type_ == "networkinterfaces" and doc["properties"].get("virtualMachine"):
+            raise ArmError(400, "NicInUse", "the NIC is attached to a VM")
+        if type_ == "publicipaddresses" and doc["properties"].get("ipConfiguration"):
+            raise ArmError(400, "PublicIPAddressCannotBeDeleted", "in use; InUse by a NIC")
+        if type_ == "disks" and doc.get("managedBy"):
+            raise ArmError(409, "OperationNotAllowed", "disk attached")
+        if type_ == "virtualmachines":
+            doc["properties"]["provisioningState"] = "Deleting"
+            self.pending.append(lambda: self._remove_vm(rg, name))
+        elif type_ == "networkinterfaces":
+            self._remove_nic(rg, name)
+        else:
+            self.res[type_].pop((rg.lower(), name.lower()), None)
+        op = self._op()
+        return 202, None, {"Azure-AsyncOperation": op, "Location": op, "Retry-After": "0"}
+
+    def _put(self, type_: str, rg: str, name: str, body: dict[str, Any], doc: Any):  # type: ignore[no-untyped-def]
+        rid = self.rid(rg, type_, name)
+        new = doc is None
+        props = dict(body.get("properties") or {})
+        if type_ == "virtualmachines":
+            return self._put_vm(rg, name, body, doc)
+        out = {
+            "id": rid,
+            "name": name,
+            "type": "/".join(_TYPES[type_]),
+            "location": body.get("location"),
+            "tags": dict(body.get("tags") or {}),
+            "properties": {**props, "provisioningState": "Succeeded"},
+        }
+        if body.get("zones"):
+            out["zones"] = body["zones"]
+        if type_ == "networkinterfaces":
+            for conf in props.get("ipConfigurations", []):
+                conf["id"] = f"{rid}/ipConfigurations/{conf.get('name')}"
+                pip = (conf.get("properties") or {}).get("publicIPAddress")
+                if pip:
+                    ip = self.res["publicipaddresses"].get(
+                        (rg.lower(), pip["id"].rsplit("/", 1)[-1].lower())
+                    )
+                    if ip is None:
+                        raise ArmError(400, "InvalidResourceReference", "no such public IP")
+                    ip["properties"]["ipConfiguration"] = {"id": conf["id"]}
+        if not new:
+            out["properties"].update(
+                {
+                    k: v
+                    for k, v in doc["properties"].items()
+                    if k in ("virtualMachine", "ipConfiguration")
+                }
+            )
+        self.res[type_][(rg.lower(), name.lower())] = out
+        op = self._op(in_progress=1)
+        return (
+            (201 if new else 200),
+            {**out, "properties": {**out["properties"], "provisioningState": "Updating"}},
+            {"Azure-AsyncOperation": op},
+        )
+
+    def _put_vm(self, rg: str, name: str, body: dict[str, Any], doc: Any):  # type: ignore[no-untyped-def]
+        props = body.get("properties") or {}
+        size = (props.get("hardwareProfile") or {}).get("vmSize")
+        loc = body.get("location", "")
+        if not size or not loc:
+            raise ArmError(400, "InvalidParameter", "vmSize and location are required")
+        if doc is not None:
+            doc["tags"] = dict(body.get("tags") or {})
+            return 200, self._view(doc, False), {}
+        if self.fail_create is not None:
+            err, self.fail_create = self.fail_create, None
+            raise err
+        known = [s for s in self.skus if s["name"] == size and loc in s["locations"]]
+        if not known:
+            raise ArmError(409, "SkuNotAvailable", f"{size} is not available in {loc}")
+        nics = []
+        for ref in (props.get("networkProfile") or {}).get("networkInterfaces", []):
+            nic = self.res["networkinterfaces"].get(
+                (rg.lower(), ref["id"].rsplit("/", 1)[-1].lower())
+            )
+            if nic is None:
+                raise ArmError(400, "InvalidResourceReference", f"NIC {ref['id']} not found")
+            nics.append(nic)
+        rid = self.rid(rg, "virtualMachines", name)
+        stored_props = json.loads(json.dumps(props))
+        stored_props.update(
+            {
+                "provisioningState": "Creating",
+                "vmId": f"vm-{next(self._ids)}",
+                "timeCreated": datetime.now(UTC).isoformat(),
+            }
+        )
+        vm: dict[str, Any] = {
+            "id": rid,
+            "name": name,
+            "type": "Microsoft.Compute/virtualMachines",
+            "location": loc,
+            "tags": dict(body.get("tags") or {}),
+            "properties": stored_props,
+            "_statuses": [{"code": "ProvisioningState/creating", "level": "Info"}],
+            "_power": "",
+        }
+        if body.get("zones"):
+            vm["zones"] = body["zones"]
+        if body.get("identity"):
+            vm["identity"] = body["identity"]
+        self.res["virtualmachines"][(rg.lower(), name.lower())] = vm
+        for nic in nics:
+            nic["properties"]["virtualMachine"] = {"id": rid}
+        osd = (props.get("storageProfile") or {}).get("osDisk") or {}
+        if osd.get("name"):  # Azure does not copy the VM's tags to the disk it creates
+            self.res["disks"][(rg.lower(), osd["name"].lower())] = {
+                "id": self.rid(rg, "disks", osd["name"]),
+                "name": osd["name"],
+                "type": "Microsoft.Compute/disks",
+                "location": loc,
+                "managedBy": rid,
+                "tags": {},
+                "properties": {"diskState": "Attached", "diskSizeGB": osd.get("diskSizeGB")},
+            }
+        failure, self.fail_later = self.fail_later, None
+
+        def settle() -> None:
+            if failure is None:
+                vm["properties"]["provisioningState"] = "Succeeded"
+                vm["_statuses"] = [{"code": "ProvisioningState/succeeded", "level": "Info"}]
+                vm["_power"] = "PowerState/running"
+            else:
+                code, message = failure
+                vm["properties"]["provisioningState"] = "Failed"
+                vm["_statuses"] = [
+                    {
+                        "code": f"ProvisioningState/failed/{code}",
+                        "level": "Error",
+                        "displayStatus": "Provisioning failed",
+                        "message": message,
+                    }
+                ]
+
+        self.pending.append(settle)
+        err = {"code": failure[0], "message": failure[1]} if failure else None
+        op = self._op("Failed" if failure else "Succeeded", err)
+        return 201, self._view(vm, False), {"Azure-AsyncOperation": op}
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                u = urlparse(self.path)
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                body = json.loads(raw) if raw else None
+                try:
+                    status, doc, headers = fake.handle(
+                        self.command, u.path, parse_qs(u.query), body, self.headers
+                    )
+                except ArmError as e:
+                    status, doc, headers = (
+                        e.status,
+                        {"error": {"code": e.code, "message": e.message}},
+                        {},
+                    )
+                data = json.dumps(doc).encode() if doc is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_PUT = do_DELETE = do_PATCH = do_POST = _serve
+
+        return Handler
