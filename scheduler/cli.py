@@ -369,7 +369,9 @@ def check_config(
     """Validate a config file; exit 2 with one message per problem."""
     path = file or config
     cfg = load_config(path)
-    providers = [n for n in ("local", "aws") if getattr(cfg.providers, n) is not None]
+    providers = [
+        n for n in ("local", "aws", "gcp", "azure") if getattr(cfg.providers, n) is not None
+    ]
     if output is Output.json:
         _print_json(
             {

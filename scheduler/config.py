@@ -195,7 +195,7 @@ class Config(StrictModel):
     def with_default_provider(self) -> Config:
         """No provider configured at all means the embedded local market."""
         p = self.providers
-        if any(getattr(p, n) is not None for n in ("local", "aws")):
+        if any(getattr(p, n) is not None for n in ("local", "aws", "gcp", "azure")):
             return self
         return self.model_copy(
             update={"providers": p.model_copy(update={"local": LocalSettings()})}
