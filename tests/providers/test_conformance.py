@@ -1,7 +1,8 @@
 """The provider conformance suite: every adapter answers the seam's questions the same way.
 
 Parametrised over the in-memory fake (with late visibility), the local market (real
-processes) and AWS on moto; GCP and Azure join by adding a harness fixture to HARNESSES.
+processes), AWS on moto and GCP on a loopback REST fake; Azure joins by adding a harness
+fixture to HARNESSES.
 """
 
 from __future__ import annotations
@@ -74,6 +75,20 @@ if _aws_available():
     from tests.providers.aws.harness import aws_harness
 
     HARNESSES["aws"] = aws_harness
+
+
+def _gcp_available() -> bool:
+    try:
+        import tests.providers.gcp.harness  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+if _gcp_available():
+    from tests.providers.gcp.harness import gcp_harness
+
+    HARNESSES["gcp"] = gcp_harness
 
 
 @pytest.fixture(params=sorted(HARNESSES))
