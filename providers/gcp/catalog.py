@@ -216,7 +216,9 @@ def parse_sku(sku: Any) -> Sku | None:
     toks = _tokens(sku.description)
     if _IGNORED.intersection(toks):
         return None
-    if market is Market.SPOT and not ({"PREEMPTIBLE", "SPOT"} & set(toks)):
+    # The category and the description must agree on the market (a contradiction is a SKU
+    # we do not understand, not a price to guess at).
+    if (market is Market.SPOT) != bool({"PREEMPTIBLE", "SPOT"} & set(toks)):
         return None
     price = _unit_price(sku)
     if price is None:
