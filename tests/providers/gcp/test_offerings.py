@@ -79,22 +79,31 @@ def test_decoy_skus_are_ignored() -> None:
 
         return billing_v1.Sku.from_json(__import__("json").dumps(d), ignore_unknown_fields=True)
 
-    assert parse_sku(raw("Commitment v1: Nvidia Tesla T4 GPU in Americas", usage="Commit1Yr")) is None
+    assert (
+        parse_sku(raw("Commitment v1: Nvidia Tesla T4 GPU in Americas", usage="Commit1Yr")) is None
+    )
     assert parse_sku(raw("Storage PD Capacity", family="Storage")) is None
     assert parse_sku(raw("Custom Instance Core running in Americas", "N1Standard")) is None
     assert parse_sku(raw("Nvidia Tesla T4 Virtual Workstation GPU running in Americas")) is None
-    assert parse_sku(raw("Spot Preemptible Nvidia Tesla T4 GPU running in Americas")) is None  # usage
-    a = parse_sku(raw("Spot Preemptible Nvidia Tesla A100 GPU running in Americas", usage="Preemptible"))
+    assert (
+        parse_sku(raw("Spot Preemptible Nvidia Tesla T4 GPU running in Americas")) is None
+    )  # usage
+    a = parse_sku(
+        raw("Spot Preemptible Nvidia Tesla A100 GPU running in Americas", usage="Preemptible")
+    )
     b = parse_sku(raw("Nvidia Tesla A100 80GB GPU attached to Spot Preemptible VMs running in Iowa",
                       usage="Preemptible"))  # fmt: skip
     assert a is not None and b is not None and a.market is b.market is Market.SPOT
-    assert a.gpu == accelerator_key("nvidia-tesla-a100") != b.gpu == accelerator_key(
-        "nvidia-a100-80gb"
+    assert (
+        a.gpu
+        == accelerator_key("nvidia-tesla-a100")
+        != b.gpu
+        == accelerator_key("nvidia-a100-80gb")
     )
     ram = parse_sku(raw("Spot Preemptible G2 Instance Ram running in Americas", "RAM",
                         "Preemptible", unit="GiBy.h"))  # fmt: skip
     assert ram is not None and (ram.kind, ram.family) == ("ram", "G2")
-    assert gpu_key_from_tokens("NVIDIA H100 80GB MEGA GPU".split()) != accelerator_key(
+    assert gpu_key_from_tokens(["NVIDIA", "H100", "80GB", "MEGA", "GPU"]) != accelerator_key(
         "nvidia-h100-80gb"
     )
 
@@ -128,7 +137,9 @@ def test_prices_are_cached_and_a_failing_region_keeps_its_offerings(fake: FakeGc
     clock.advance(400)
     fake.fail_skus = True
     again = p.offerings()
-    assert {(o.pool, o.price_per_hour) for o in again} == {(o.pool, o.price_per_hour) for o in first}
+    assert {(o.pool, o.price_per_hour) for o in again} == {
+        (o.pool, o.price_per_hour) for o in first
+    }
     assert any("keeping the offerings" in e.message for e in p.drain_events())
 
 
@@ -147,9 +158,7 @@ def test_unreachable_zone_keeps_the_regions_last_offerings(fake: FakeGcp) -> Non
 
 
 def test_zone_and_machine_type_allow_lists(fake: FakeGcp) -> None:
-    p = GcpProvider(
-        settings(fake, zones=["us-central1-b"], machine_types=["g2-*"]), owner="t"
-    )
+    p = GcpProvider(settings(fake, zones=["us-central1-b"], machine_types=["g2-*"]), owner="t")
     offers = p.offerings()
     assert {(o.zone, o.instance_type) for o in offers} == {("us-central1-b", "g2-standard-4")}
 
