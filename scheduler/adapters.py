@@ -19,6 +19,10 @@ def build_providers(config: Config) -> dict[str, Provider]:
         from providers.aws import AwsProvider
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
+    if p.gcp is not None and p.gcp.enabled:
+        from providers.gcp import GcpProvider
+
+        out["gcp"] = GcpProvider(p.gcp, owner=config.daemon.owner)
     return out
 
 
@@ -36,7 +40,7 @@ def clock_for(config: Config) -> Clock:
     provider (so its spend and budgets are in market hours), real time otherwise."""
     p = config.providers
     local = p.local
-    if local is None or p.aws is not None or local.speedup == 1:
+    if local is None or p.aws is not None or p.gcp is not None or local.speedup == 1:
         return RealClock()
     from providers.local.state import ensure_epoch
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from providers.aws.settings import AwsSettings
+from providers.gcp.settings import GcpSettings
 from providers.local.settings import LocalSettings
 from providers.settings import Duration, StrictModel
 from scheduler.budget import BudgetRule, Window
@@ -101,7 +102,7 @@ class _NotYetSettings(StrictModel):
 class ProvidersSettings(StrictModel):
     local: LocalSettings | None = None
     aws: AwsSettings | None = None
-    gcp: _NotYetSettings | None = None
+    gcp: GcpSettings | None = None
     azure: _NotYetSettings | None = None
 
 
@@ -157,7 +158,7 @@ class Config(StrictModel):
     def with_default_provider(self) -> Config:
         """No provider configured at all means the embedded local market."""
         p = self.providers
-        if any(getattr(p, n) is not None for n in ("local", "aws")):
+        if any(getattr(p, n) is not None for n in ("local", "aws", "gcp")):
             return self
         return self.model_copy(
             update={"providers": p.model_copy(update={"local": LocalSettings()})}
