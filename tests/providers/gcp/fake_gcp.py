@@ -222,6 +222,7 @@ class FakeGcp:
         self.fail_insert: dict[str, tuple[str, str, int, int]] = {}
         # zone -> (http status, reason, message): a synchronous insert error
         self.reject_insert: dict[str, tuple[int, str, str]] = {}
+        self.stockout: dict[str, tuple[str, str, int, int]] = {}  # like fail_insert, lasting
         self.unreachable: set[str] = set()  # zones whose scope answers with a warning
         self.fail_skus = False
         self._ids = itertools.count(1000)
@@ -244,6 +245,7 @@ class FakeGcp:
             self.fail_insert.clear()
             self.reject_insert.clear()
             self.unreachable.clear()
+            self.stockout.clear()
             self.fail_skus = False
             self.skus = default_skus()
 
@@ -338,10 +340,10 @@ class FakeGcp:
         if zone in self.reject_insert:
             status, reason, msg = self.reject_insert.pop(zone)
             return _error(status, reason, msg)
-        fail = self.fail_insert.pop(zone, None)
+        fail = self.fail_insert.pop(zone, None) or self.stockout.get(zone)
         if fail is not None:
             op = self._op(zone, "insert", name, status="RUNNING", user="spotwise")
-            op["_fail"] = list(fail)
+            op["_fail"] = list(fail)  # a copy: the delay counts down per operation
         else:
             op = self._op(zone, "insert", name, status="RUNNING", user="spotwise")
             op["_finish_after"] = 1

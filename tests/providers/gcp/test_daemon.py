@@ -65,22 +65,33 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     assert row["state"] == "RUNNING"
     pool = f"gcp/{row['zone']}/{row['instance_type']}/{row['market']}"
     assert pool in best and row["cloud"] == "gcp"
-    first = row["instance"]
+    first, first_zone = row["instance"], row["zone"]
     assert first.startswith("sw-")
     (vm,) = [v for (z, n), v in fake.instances.items() if n == first]
     assert vm["labels"]["spotwise-job"] == job_id.lower()
     assert vm["scheduling"]["provisioningModel"] == "SPOT"
 
-    # GCE reclaims the VM: a compute.instances.preempted operation, and the VM is deleted.
+    # GCE reclaims the VM (a compute.instances.preempted operation, the VM deleted), and the
+    # other zone is stocked out: its inserts fail inside their operation, seen by describe.
+    other = next(z for z in ("us-central1-a", "us-central1-b") if z != first_zone)
+    fake.stockout[other] = ("ZONE_RESOURCE_POOL_EXHAUSTED", "no T4 left", 503, 0)
     fake.preempt(first)
-    for _ in range(4):
+    for _ in range(8):
         tick()
     row = status(cfg)[job_id]
     assert row["state"] == "RUNNING" and row["recoveries"] == 1
-    assert row["instance"] != first
+    assert row["instance"] != first and row["zone"] == first_zone
     detail = json.loads(cli(cfg, "show", job_id, "-o", "json"))
-    assert detail["attempts"][0]["end_reason"] == "interrupted"
-    assert "attempt_interrupted" in [e["kind"] for e in detail["events"]]
+    ends = [(a["zone"], a["end_reason"]) for a in detail["attempts"]]
+    assert ends == [(first_zone, "interrupted"), (other, "launch_failed"), (first_zone, None)]
+    kinds = [e["kind"] for e in detail["events"]]
+    assert "attempt_interrupted" in kinds and "launch_failed" in kinds
+    events = json.loads(cli(cfg, "events", "-o", "json"))["events"]
+    assert any(
+        f"gcp/{other}/" in e["message"] and "ZONE_RESOURCE_POOL_EXHAUSTED" in e["message"]
+        for e in events
+        if e["kind"] == "pool_unavailable"
+    )
 
     # A labelled VM that belongs to no attempt is a leak: deleted after the grace.
     fake.add_instance("us-central1-b", "sw-ghost", {"spotwise-owner": "spotwise",
