@@ -20,7 +20,7 @@ def build_providers(config: Config) -> dict[str, Provider]:
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
     if p.gcp is not None and p.gcp.enabled:
-        from providers.gcp import GcpProvider
+        from providers.gcp.provider import GcpProvider
 
         out["gcp"] = GcpProvider(p.gcp, owner=config.daemon.owner)
     return out
