@@ -204,6 +204,12 @@ class Instances:
         if o.market is Market.SPOT:
             sched.provisioning_model = "SPOT"
             sched.instance_termination_action = "DELETE"
+        elif s.flex_start_max_run is not None:  # DWS flex-start
+            sched.provisioning_model = "FLEX_START"
+            sched.instance_termination_action = "DELETE"
+            sched.max_run_duration = compute_v1.Duration(
+                seconds=int(s.flex_start_max_run.total_seconds())
+            )
         nic = compute_v1.NetworkInterface(network=s.network)
         sub = s.subnetwork_for(o.region)
         if sub:
@@ -233,6 +239,10 @@ class Instances:
                 items=[compute_v1.Items(key="startup-script", value=script)]
             ),
         )
+        if sched.provisioning_model == "FLEX_START":
+            inst.reservation_affinity = compute_v1.ReservationAffinity(
+                consume_reservation_type="NO_RESERVATION"
+            )
         if accel:
             inst.guest_accelerators = [
                 compute_v1.AcceleratorConfig(

@@ -44,6 +44,12 @@ class GcpSettings(StrictModel):
     scopes: list[str] = Field(default_factory=lambda: list(DEFAULT_SCOPES))
     # Allow-list of machine types, shell-style wildcards ("a2-*", "n1-standard-8"); empty = all.
     machine_types: list[str] = Field(default_factory=list)
+    # Optional DWS flex-start: on-demand launches become FLEX_START VMs with this maximum run
+    # duration (GCE deletes them when it is up; at most 7 days). Their insert operation waits
+    # for capacity, so a launch stays PENDING until GCE finds some or gives up (then describe
+    # reports LAUNCH_FAILED/CAPACITY). Priced at the on-demand SKUs (an upper bound: flex-start
+    # SKUs are discounted). None: plain on-demand.
+    flex_start_max_run: Duration | None = None
     price_refresh: Duration = ttl.PRICE_REFRESH
     catalog_refresh: Duration = ttl.CATALOG_REFRESH
     timeout: Duration = ttl.REQUEST_TIMEOUT
@@ -75,6 +81,9 @@ class GcpSettings(StrictModel):
         for z in self.zones:
             if not _ZONE.match(z) or z.rsplit("-", 1)[0] not in self.regions:
                 raise ValueError(f"zone {z!r} is not a zone of the configured regions")
+        run = self.flex_start_max_run
+        if run is not None and not 600 <= run.total_seconds() <= 7 * 86400:
+            raise ValueError("flex_start_max_run must be between 10m and 7d")
         if isinstance(self.subnetwork, dict):
             missing = [r for r in self.regions if r not in self.subnetwork]
             if missing:

@@ -95,6 +95,27 @@ def test_on_demand_has_no_spot_scheduling(provider: GcpProvider, fake: FakeGcp) 
     assert body["scheduling"]["onHostMaintenance"] == "TERMINATE"
 
 
+def test_dws_flex_start_for_on_demand(fake: FakeGcp) -> None:
+    from tests.providers.gcp.harness import settings
+
+    p = GcpProvider(settings(fake, flex_start_max_run="6h"), owner="tests")
+    (inst,) = p.launch(_req(market=Market.ON_DEMAND))
+    _, body = _insert_body(fake)
+    assert body["scheduling"] == {
+        "provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE",
+        "maxRunDuration": {"seconds": "21600"}, "onHostMaintenance": "TERMINATE",
+        "automaticRestart": False,
+    }  # fmt: skip
+    assert body["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    for _ in range(2):
+        (seen,) = p.describe([inst.ref])
+    assert seen.market is Market.ON_DEMAND and seen.state is InstanceState.RUNNING
+    p.launch(_req("spot-too"))  # Spot launches are unchanged
+    assert fake.requests("POST", r"/instances$")[-1][3]["scheduling"]["provisioningModel"] == "SPOT"
+    with pytest.raises(ValueError):
+        settings(fake, flex_start_max_run="30d")
+
+
 def test_configured_network_image_and_account(fake: FakeGcp) -> None:
     from tests.providers.gcp.harness import settings
 
