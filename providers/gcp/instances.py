@@ -455,7 +455,10 @@ class Instances:
         for i in self._aggregated(f'labels.{TAG_OWNER} = "{value}"'):
             if i.tags.get(TAG_OWNER) != value:
                 continue
-            out.append(TaggedResource(i.ref, dict(i.tags), i.live, i.launched_at))
+            # Every VM the list shows still exists: a stopped one (the job powered off) keeps
+            # its boot disk, billed, so it counts as live for leak collection, which deletes
+            # it once no live attempt owns it (the scheduler never terminates ended VMs).
+            out.append(TaggedResource(i.ref, dict(i.tags), True, i.launched_at))
         return out
 
     # ----------------------------------------------------------------- terminate

@@ -108,3 +108,44 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     assert not any(n == second for _, n in fake.instances)
     row = status(cfg)[job_id]
     assert row["state"] == "CANCELLED" and row["instance"] is None
+
+
+def test_daemon_job_exit_succeeds_and_the_stopped_vm_is_collected(fake: FakeGcp, tmp_path: Path):
+    """The startup-script records exits/1.json and powers off: GCE shows the VM TERMINATED
+    (no preemption), the job SUCCEEDS, and the stopped VM (its disk still billed) is deleted
+    by leak collection once no live attempt owns it."""
+    from scheduler.clock import SimClock
+    from scheduler.daemon import Daemon
+    from trainer.contract import exit_doc, exit_name, parse_uri
+
+    cfg = write_config(tmp_path, fake)
+    job_file = tmp_path / "job.toml"
+    job_file.write_text('name = "done"\ncommand = ["python", "train.py"]\ngpus = "L4:1"\n')
+    clock = SimClock(datetime.now(UTC))
+    daemon = Daemon(cfg, clock=clock)
+    job_id = json.loads(cli(cfg, "submit", str(job_file), "-o", "json"))["id"]
+
+    def tick(seconds: float = 5) -> None:
+        clock.advance(seconds)
+        daemon._run_task("reconcile")
+        daemon._run_task("accrue")
+
+    daemon._run_task("poll_prices")
+    for _ in range(4):
+        tick()
+    row = status(cfg)[job_id]
+    assert row["state"] == "RUNNING" and row["instance_type"] == "g2-standard-4"
+    vm = row["instance"]
+    store = parse_uri(row["checkpoint_uri"])
+    assert store.path is not None
+    record = store.file(exit_name(1))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(exit_doc(1, 0))
+    fake.guest_shutdown(vm)
+    for _ in range(3):
+        tick()
+    assert status(cfg)[job_id]["state"] == "SUCCEEDED"
+    assert any(n == vm for _, n in fake.instances)  # stopped, not yet deleted
+    tick(150)
+    tick()
+    assert not any(n == vm for _, n in fake.instances)

@@ -46,6 +46,9 @@ def test_the_jobs_own_exit_is_exited(provider: GcpProvider, fake: FakeGcp) -> No
     fake.guest_shutdown(inst.id)
     (seen,) = provider.describe([inst.ref])
     assert seen.state is InstanceState.ENDED and seen.end_reason is EndReason.EXITED
+    # Still there (its disk is billed): listed as live so leak collection deletes it.
+    (mine,) = [t for t in provider.list_tagged("tests") if t.ref.id == inst.id]
+    assert mine.live
     # Stopped without any operation on record (they expire): still the guest's doing.
     fake.ops.clear()
     (seen,) = provider.describe([inst.ref])
