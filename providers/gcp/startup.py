@@ -4,7 +4,8 @@ Same approach as the AWS boot script: the argv and every environment value are s
 the exit code goes to the checkpoint store as ``exits/<N>.json`` through
 ``python3 -m trainer.outcome`` when the image has it, else written by the script itself (a
 plain file for paths, ``aws s3 cp`` for s3). Then the VM powers off: GCE shows it TERMINATED
-without a preemption operation, which the adapter reads as EXITED (and terminate() deletes).
+without a preemption operation, which the adapter reads as EXITED; leak collection deletes
+the stopped VM once its attempt has ended (list_tagged reports it live: its disk is billed).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _TEMPLATE = """#!/bin/bash
 # Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
-# then powers off (GCE then shows the VM TERMINATED; spotwise deletes it).
+# then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).
 set -u
 if [ -e "${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}/started" ] \\
    && [ -z "${{SPOTWISE_RERUN:-}}" ]; then
