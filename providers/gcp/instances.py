@@ -144,9 +144,11 @@ class Instances:
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
         script = build_startup_script(request.command, env)  # LaunchRejected before any call
-        existing = self._get(o.zone, name)
-        if existing is not None:  # a retry after a lost reply or a restart: adopt it
-            return [self._view(existing)]
+        ref = ResourceRef(name, o.region, o.zone, make_scope(o.instance_type, o.market))
+        if self._get(o.zone, name) is not None or self._ops(o.zone, [name]).get(name):
+            # A retry after a lost reply or a restart (the VM, or its insert/end on record):
+            # adopt what is there rather than launch twice, even past the requestId window.
+            return self.describe([ref])
         labels = self._labels(request)
         resource = self._resource(request, name, script, labels)
         client = self._client()
@@ -160,9 +162,8 @@ class Instances:
                 timeout=self._api.timeout,
             )  # fmt: skip
         except gexc.Conflict:  # the name exists: ours (deterministic), adopt it
-            existing = self._get(o.zone, name)
-            if existing is not None:
-                return [self._view(existing)]
+            if self._get(o.zone, name) is not None:
+                return self.describe([ref])
             raise translate(
                 gexc.Conflict("instance name exists but is not visible"), what=what
             ) from None
@@ -352,10 +353,11 @@ class Instances:
         if inst is not None and inst.state is not InstanceState.ENDED:
             return inst
         if ending:
-            # A preemption wins over our delete that may follow it (STOP action + cleanup).
+            # What ended it first wins over the cleanup after it (a preemption or the guest's
+            # own shutdown, then our delete); a preemption anywhere wins outright.
             op = next(
                 (o for o in ending if _ENDING_OPS[o.operation_type] is EndReason.INTERRUPTED),
-                ending[-1],
+                ending[0],
             )
             inst = inst or self._ghost(zone, name, inserts, scope)
             inst.state = InstanceState.ENDED

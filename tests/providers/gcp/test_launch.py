@@ -146,8 +146,10 @@ def test_same_token_twice_gives_one_vm(provider: GcpProvider, fake: FakeGcp) -> 
     fake.instances.clear()
     fresh = GcpProvider(provider.settings, owner="tests")
     fresh._instances._get = lambda zone, name: None  # type: ignore[method-assign]
+    fresh._instances._ops = lambda zone, names: {}  # type: ignore[method-assign]
     (retry,) = fresh.launch(_req())
     assert retry.id == first[0].id and not fake.instances
+    assert len(fake.requests("POST", r"/instances$")) == 2  # sent, and deduplicated by GCE
     found = provider.find_by_token("job-1.a1")
     assert found == []  # (the fake dropped the VM above)
 

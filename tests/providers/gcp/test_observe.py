@@ -28,6 +28,12 @@ def test_preemption_is_interrupted(provider: GcpProvider, fake: FakeGcp) -> None
     (seen,) = provider.describe([inst.ref])
     assert seen.state is InstanceState.ENDED and seen.end_reason is EndReason.INTERRUPTED
     assert seen.ended_at is not None and seen.instance_type == inst.instance_type
+    # Launching the token again (a lost reply, a restart) shows the same and inserts nothing,
+    # even once GCE has forgotten the requestId: the insert operation is on record.
+    fake.request_ids.clear()
+    (again,) = provider.launch(_req("p-1"))
+    assert again.end_reason is EndReason.INTERRUPTED
+    assert len(fake.requests("POST", r"/instances$")) == 1
     # Our cleanup delete afterwards does not turn it into "terminated".
     provider.terminate([inst.ref])
     (seen,) = provider.describe([inst.ref])
@@ -46,13 +52,21 @@ def test_the_jobs_own_exit_is_exited(provider: GcpProvider, fake: FakeGcp) -> No
     fake.guest_shutdown(inst.id)
     (seen,) = provider.describe([inst.ref])
     assert seen.state is InstanceState.ENDED and seen.end_reason is EndReason.EXITED
-    # Still there (its disk is billed): listed as live so leak collection deletes it.
+    # Still there (its disk is billed): listed as live so leak collection deletes it, and
+    # that delete does not rewrite why it ended.
     (mine,) = [t for t in provider.list_tagged("tests") if t.ref.id == inst.id]
     assert mine.live
-    # Stopped without any operation on record (they expire): still the guest's doing.
-    fake.ops.clear()
+    (again,) = provider.launch(_req("x-1"))  # adopted, not relaunched
+    assert again.id == inst.id and again.end_reason is EndReason.EXITED
+    provider.terminate([inst.ref])
     (seen,) = provider.describe([inst.ref])
     assert seen.end_reason is EndReason.EXITED
+    # Stopped without any operation on record (they expire): still the guest's doing.
+    other = _running(provider, "x-2")
+    fake.guest_shutdown(other.id)
+    fake.ops.clear()
+    (seen,) = provider.describe([other.ref])
+    assert seen.state is InstanceState.ENDED and seen.end_reason is EndReason.EXITED
 
 
 def test_our_termination_is_terminated(provider: GcpProvider, fake: FakeGcp) -> None:
