@@ -49,6 +49,12 @@ REJECTED_CODES = frozenset(
     }
 )
 THROTTLE_CODES = frozenset({"RATE_LIMIT_EXCEEDED", "USER_RATE_LIMIT_EXCEEDED"})
+# Fields the operator configures: a 400 about them is the config's fault, not the job's.
+_CONFIG_FIELDS = re.compile(
+    r"sourceImage|subnetwork|networkInterfaces|network\b|serviceAccounts|diskType|"
+    r"diskSizeGb|scopes",
+    re.I,
+)
 _STOCKOUT_TEXT = re.compile(
     r"does not have enough resources available|resource pool exhausted|stockout", re.I
 )
@@ -130,7 +136,11 @@ def translate(
         return CapacityUnavailable(message, pool)
     if set(codes) & THROTTLE_CODES or status == 429:
         return Throttled(message)
-    if request and kind is FailureKind.REJECTED:
+    if (
+        request
+        and kind is FailureKind.REJECTED
+        and not _CONFIG_FIELDS.search(str(getattr(exc, "message", "") or ""))
+    ):
         return LaunchRejected(message)
     if status >= 500 or isinstance(exc, gexc.ServerError):
         return TransientError(message)
@@ -148,4 +158,6 @@ def operation_failure(op: Any, pool: str | None, secrets: Iterable[str] = ()) ->
     kind = classify(codes, text, status) or (
         FailureKind.CAPACITY if status == 503 else FailureKind.FATAL
     )
+    if kind is FailureKind.REJECTED and _CONFIG_FIELDS.search(text):
+        kind = FailureKind.FATAL
     return LaunchFailure(kind, scrub(f"gcp insert: {text}", secrets), pool=pool)

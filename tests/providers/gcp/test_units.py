@@ -102,6 +102,11 @@ def test_error_translation() -> None:
     bad = _api_error(gexc.BadRequest, "invalid")
     assert isinstance(translate(bad, what="x", request=True), LaunchRejected)
     assert isinstance(translate(bad, what="x"), FatalError)  # not a job's request: config
+    image = _api_error(
+        gexc.BadRequest, "invalid",
+        "Invalid value for field 'resource.disks[0].initializeParams.sourceImage'",
+    )  # fmt: skip
+    assert isinstance(translate(image, what="x", request=True), FatalError)  # operator's image
     assert isinstance(translate(_api_error(gexc.Forbidden, "rateLimitExceeded"), what="x"),
                       Throttled)  # fmt: skip
     assert isinstance(translate(gexc.TooManyRequests("slow"), what="x"), Throttled)
