@@ -23,6 +23,10 @@ def build_providers(config: Config) -> dict[str, Provider]:
         from providers.azure.provider import AzureProvider
 
         out["azure"] = AzureProvider(p.azure, owner=config.daemon.owner)
+    if p.gcp is not None and p.gcp.enabled:
+        from providers.gcp.provider import GcpProvider
+
+        out["gcp"] = GcpProvider(p.gcp, owner=config.daemon.owner)
     return out
 
 
@@ -40,7 +44,8 @@ def clock_for(config: Config) -> Clock:
     provider (so its spend and budgets are in market hours), real time otherwise."""
     p = config.providers
     local = p.local
-    if local is None or p.aws is not None or p.azure is not None or local.speedup == 1:
+    clouds = (p.aws, p.gcp, p.azure)
+    if local is None or any(c is not None for c in clouds) or local.speedup == 1:
         return RealClock()
     from providers.local.state import ensure_epoch
 

@@ -16,6 +16,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from providers.aws.settings import AwsSettings
 from providers.azure.settings import AzureSettings
+from providers.gcp.settings import GcpSettings
 from providers.local.settings import LocalSettings
 from providers.settings import Duration, Interval, PositiveDuration, StrictModel
 from scheduler.budget import BudgetRule, Window
@@ -112,25 +113,10 @@ class DaemonSettings(StrictModel):
         return self.checkpoint_root or (self.resolved_state_dir() / "checkpoints").as_uri()
 
 
-class _NotYetSettings(StrictModel):
-    """Adapters not shipped in this version: the section may exist but must stay disabled."""
-
-    enabled: bool = False
-    endpoint: str | None = None
-    metadata_endpoint: str | None = None
-
-    @field_validator("enabled")
-    @classmethod
-    def _off(cls, v: bool) -> bool:
-        if v:
-            raise ValueError("this cloud adapter is not available in this version yet")
-        return v
-
-
 class ProvidersSettings(StrictModel):
     local: LocalSettings | None = None
     aws: AwsSettings | None = None
-    gcp: _NotYetSettings | None = None
+    gcp: GcpSettings | None = None
     azure: AzureSettings | None = None
 
 

@@ -1,7 +1,8 @@
 """The provider conformance suite: every adapter answers the seam's questions the same way.
 
 Parametrised over the in-memory fake (with late visibility), the local market (real
-processes) and AWS on moto; GCP and Azure join by adding a harness fixture to HARNESSES.
+processes), AWS on moto and GCP on a loopback REST fake; Azure joins by adding a harness
+fixture to HARNESSES.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ if _aws_available():
 def _azure_available() -> bool:
     try:
         import tests.providers.azure.harness  # noqa: F401
+
+def _gcp_available() -> bool:
+    try:
+        import tests.providers.gcp.harness  # noqa: F401
     except ImportError:
         return False
     return True
@@ -88,6 +93,11 @@ if _azure_available():
     from tests.providers.azure.harness import azure_harness
 
     HARNESSES["azure"] = azure_harness
+
+if _gcp_available():
+    from tests.providers.gcp.harness import gcp_harness
+
+    HARNESSES["gcp"] = gcp_harness
 
 
 @pytest.fixture(params=sorted(HARNESSES))

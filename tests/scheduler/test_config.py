@@ -68,7 +68,7 @@ def test_no_provider_means_local_market():
         ),
         ('[[budgets]]\nname = "a"\n', "<f>: budgets.0.limit_usd: required key is missing"),
         ("[daemon\n", "<f>: not valid TOML: "),
-        ("[providers.gcp]\nenabled = true\n", "not available in this version"),
+        ("[providers.gcp]\nenabled = true\n", "providers.gcp.project"),
     ],
 )
 def test_bad_config_messages(text, expected):

@@ -1,0 +1,163 @@
+"""Translate google-api-core failures and GCE operation errors into the provider's typed
+errors, with credentials scrubbed. Codes are matched in one normal form (UPPER_SNAKE), so the
+synchronous reasons ("quotaExceeded") and the operation codes ("QUOTA_EXCEEDED") meet."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+
+from providers.base import (
+    CapacityUnavailable,
+    FailureKind,
+    FatalError,
+    LaunchFailure,
+    LaunchRejected,
+    ProviderError,
+    QuotaExceeded,
+    Throttled,
+    TransientError,
+)
+
+# The zone has no room for this shape right now (a stockout): try another pool.
+CAPACITY_CODES = frozenset(
+    {
+        "ZONE_RESOURCE_POOL_EXHAUSTED",
+        "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS",
+        "RESOURCE_POOL_EXHAUSTED",
+        "RESOURCE_NOT_AVAILABLE",
+        "UNSUPPORTED_OPERATION_IN_ZONE",
+        "STOCKOUT",
+    }
+)
+QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "QUOTA_LIMIT_EXCEEDED"})
+# The request is wrong (this job's): malformed fields, bad metadata, bad labels.
+REJECTED_CODES = frozenset(
+    {
+        "INVALID_FIELD_VALUE",
+        "INVALID",
+        "INVALID_ARGUMENT",
+        "INVALID_PARAMETER",
+        "BAD_REQUEST",
+        "REQUIRED",
+        "CONDITION_NOT_MET",
+        "INVALID_USAGE",
+    }
+)
+THROTTLE_CODES = frozenset({"RATE_LIMIT_EXCEEDED", "USER_RATE_LIMIT_EXCEEDED"})
+# Fields the operator configures: a 400 about them is the config's fault, not the job's.
+_CONFIG_FIELDS = re.compile(
+    r"sourceImage|subnetwork|networkInterfaces|network\b|serviceAccounts|diskType|"
+    r"diskSizeGb|scopes",
+    re.I,
+)
+_STOCKOUT_TEXT = re.compile(
+    r"does not have enough resources available|resource pool exhausted|stockout", re.I
+)
+_TOKEN = re.compile(r"(ya29\.|Bearer\s+|access_token[\"'=: ]+)[A-Za-z0-9._\-]+", re.I)
+_KEY = re.compile(r"([?&]key=)[^&\s]+")
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
+)
+_MAX_MESSAGE = 400
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """Remove anything credential-like: known secret values, OAuth tokens, API keys."""
+    for s in secrets:
+        if s and len(s) >= 4:
+            text = text.replace(s, "***")
+    text = _PRIVATE_KEY.sub("***", text)
+    text = _TOKEN.sub(r"\1***", text)
+    text = _KEY.sub(r"\1***", text)
+    if len(text) > _MAX_MESSAGE:
+        text = text[:_MAX_MESSAGE] + "..."
+    return text
+
+
+def norm(code: str) -> str:
+    """'quotaExceeded' -> 'QUOTA_EXCEEDED'; 'ZONE_RESOURCE_POOL_EXHAUSTED' unchanged."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", code).upper()
+
+
+def api_codes(exc: gexc.GoogleAPICallError) -> list[str]:
+    out = []
+    for e in getattr(exc, "errors", None) or []:
+        if isinstance(e, dict):
+            out.append(norm(str(e.get("reason") or e.get("code") or "")))
+    reason = getattr(exc, "reason", None)
+    if reason:
+        out.append(norm(str(reason)))
+    return [c for c in out if c]
+
+
+def classify(codes: Iterable[str], message: str, status: int) -> FailureKind | None:
+    """The failure kind a launch error means, or None when it is not about the request."""
+    codes = set(codes)
+    if codes & QUOTA_CODES:
+        return FailureKind.QUOTA
+    if codes & CAPACITY_CODES or _STOCKOUT_TEXT.search(message):
+        return FailureKind.CAPACITY
+    if codes & REJECTED_CODES or status == 400:
+        return FailureKind.REJECTED
+    return None
+
+
+def translate(
+    exc: BaseException,
+    *,
+    what: str,
+    pool: str | None = None,
+    secrets: Iterable[str] = (),
+    request: bool = False,
+) -> ProviderError:
+    """Map one google-api-core / google-auth exception to the ProviderError the scheduler
+    acts on; `request`: the call carried a job's launch, so a 400 is that job's fault."""
+    if isinstance(exc, ProviderError):
+        return exc
+    message = scrub(f"gcp {what}: {type(exc).__name__}: {exc}", secrets)
+    if isinstance(exc, auth_exc.GoogleAuthError):
+        return FatalError(message)
+    if not isinstance(exc, gexc.GoogleAPICallError):
+        if isinstance(exc, gexc.RetryError | TimeoutError | ConnectionError | OSError):
+            return TransientError(message)
+        # requests' ConnectionError and friends derive from OSError (IOError).
+        return TransientError(message)
+    status = int(getattr(exc, "code", 0) or 0)
+    codes = api_codes(exc)
+    kind = classify(codes, str(exc), status if request else 0)
+    if kind is FailureKind.QUOTA:
+        return QuotaExceeded(message, pool)
+    if kind is FailureKind.CAPACITY:
+        return CapacityUnavailable(message, pool)
+    if set(codes) & THROTTLE_CODES or status == 429:
+        return Throttled(message)
+    if (
+        request
+        and kind is FailureKind.REJECTED
+        and not _CONFIG_FIELDS.search(str(getattr(exc, "message", "") or ""))
+    ):
+        return LaunchRejected(message)
+    if status >= 500 or isinstance(exc, gexc.ServerError):
+        return TransientError(message)
+    return FatalError(message)  # 401/403/404 on config resources: retrying cannot help
+
+
+def operation_failure(op: Any, pool: str | None, secrets: Iterable[str] = ()) -> LaunchFailure:
+    """The LaunchFailure of a finished insert operation that carries an error."""
+    errs = list(getattr(getattr(op, "error", None), "errors", []) or [])
+    codes = [norm(str(e.code)) for e in errs if getattr(e, "code", "")]
+    text = "; ".join(f"{e.code}: {e.message}" for e in errs) or str(
+        getattr(op, "http_error_message", "") or "operation failed"
+    )
+    status = int(getattr(op, "http_error_status_code", 0) or 0)
+    kind = classify(codes, text, status) or (
+        FailureKind.CAPACITY if status == 503 else FailureKind.FATAL
+    )
+    if kind is FailureKind.REJECTED and _CONFIG_FIELDS.search(text):
+        kind = FailureKind.FATAL
+    return LaunchFailure(kind, scrub(f"gcp insert: {text}", secrets), pool=pool)

@@ -1,0 +1,492 @@
+"""Instances: launch (insert, not waited on), describe (instances + zone operations),
+terminate (delete), list by label, find by token.
+
+Stateless: the instance name is derived from the attempt token, so every call finds its VM
+again from the token or the persisted ref (name + zone). What the instance list cannot tell
+- a launch that failed inside its operation, a preemption, our own deletion - the zone
+operations do: describe reads them for refs that are gone or stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from google.api_core import exceptions as gexc
+
+from providers.base import (
+    TAG_NODE,
+    TAG_OWNER,
+    Capabilities,
+    EndReason,
+    FatalError,
+    Instance,
+    InstanceState,
+    LaunchRejected,
+    LaunchRequest,
+    Market,
+    ResourceKind,
+    ResourceRef,
+    TaggedResource,
+    not_found,
+    pool_key,
+)
+from providers.gcp.api import CLOUD, Api
+from providers.gcp.catalog import parse_shape, shape_name
+from providers.gcp.errors import operation_failure, translate
+from providers.gcp.settings import region_of_zone
+from providers.gcp.startup import build_startup_script
+
+# uuid5 namespace of our requestIds (any fixed UUID; this one is uuid5(URL, "spotwise:gcp")).
+REQUEST_NS = uuid.uuid5(uuid.NAMESPACE_URL, "spotwise:gcp")
+OP_PREEMPTED = "compute.instances.preempted"
+# Operation types that end an instance, and what they mean for us.
+_ENDING_OPS = {
+    OP_PREEMPTED: EndReason.INTERRUPTED,
+    "compute.instances.hostError": EndReason.INTERRUPTED,
+    "compute.instances.terminateOnHostMaintenance": EndReason.INTERRUPTED,
+    "compute.instances.guestTerminate": EndReason.EXITED,
+    "delete": EndReason.TERMINATED,
+    "stop": EndReason.TERMINATED,
+}
+_OPS_FILTER = " OR ".join(f'(operationType = "{t}")' for t in ["insert", *_ENDING_OPS])
+_STATES = {
+    "PROVISIONING": InstanceState.PENDING,
+    "STAGING": InstanceState.PENDING,
+    "RUNNING": InstanceState.RUNNING,
+    "REPAIRING": InstanceState.RUNNING,
+    "STOPPING": InstanceState.ENDED,
+    "SUSPENDING": InstanceState.ENDED,
+    "SUSPENDED": InstanceState.ENDED,
+    "TERMINATED": InstanceState.ENDED,
+}
+# Instance names: [a-z]([-a-z0-9]{0,61}[a-z0-9])?
+_SLUG = re.compile(r"[^a-z0-9]+")
+
+
+def instance_name(token: str) -> str:
+    """The deterministic VM name of an attempt token: readable prefix + hash, <= 63 chars."""
+    slug = _SLUG.sub("-", token.lower()).strip("-")[:40].strip("-")
+    digest = hashlib.sha256(token.encode()).hexdigest()[:12]
+    return f"sw-{slug}-{digest}" if slug else f"sw-{digest}"
+
+
+def request_id(token: str, action: str = "insert") -> str:
+    """GCE requestId: a UUID, deterministic per (action, token), so a retry is deduplicated."""
+    return str(uuid.uuid5(REQUEST_NS, f"{action}:{token}"))
+
+
+def make_scope(instance_type: str, market: Market) -> str:
+    """What a ref must carry for describe to name the pool of a VM that never existed
+    (a launch failed inside its operation): 'n1-standard-8+1xnvidia-tesla-t4@spot'."""
+    return f"{instance_type}@{Market(market).value}"
+
+
+def parse_scope(scope: str) -> tuple[str, Market]:
+    itype, _, market = scope.rpartition("@")
+    try:
+        return itype, Market(market)
+    except ValueError:
+        return scope, Market.SPOT
+
+
+def _last(url: str) -> str:
+    return url.rsplit("/", 1)[-1] if url else ""
+
+
+def _time(text: str) -> datetime | None:
+    if not text:
+        return None
+    try:
+        t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def _done(op: Any) -> bool:
+    s = op.status
+    return getattr(s, "name", str(s)) == "DONE"
+
+
+def _has_error(op: Any) -> bool:
+    return bool(op.error and list(op.error.errors or []))
+
+
+class Instances:
+    def __init__(self, api: Api, owner: str, caps: Capabilities) -> None:
+        self._api = api
+        self._owner = owner
+        self._caps = caps
+
+    @property
+    def _s(self):  # type: ignore[no-untyped-def]
+        return self._api.settings
+
+    def _client(self) -> Any:
+        return self._api.compute("InstancesClient")
+
+    # ----------------------------------------------------------------- launch
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        o = request.offering
+        if o.cloud != CLOUD:
+            raise FatalError(f"gcp launch: offering belongs to cloud {o.cloud!r}")
+        if o.region not in self._s.regions:
+            raise FatalError(f"gcp launch: region {o.region} is not configured")
+        if request.count != 1:
+            raise LaunchRejected("gcp launch: gangs (count > 1) are not supported yet")
+        name = instance_name(request.token)
+        env = {str(k): str(v) for k, v in request.env.items()}
+        env["SPOTWISE_CLOUD"] = CLOUD
+        script = build_startup_script(request.command, env)  # LaunchRejected before any call
+        ref = ResourceRef(name, o.region, o.zone, make_scope(o.instance_type, o.market))
+        if self._get(o.zone, name) is not None or self._ops(o.zone, [name]).get(name):
+            # A retry after a lost reply or a restart (the VM, or its insert/end on record):
+            # adopt what is there rather than launch twice, even past the requestId window.
+            return self.describe([ref])
+        labels = self._labels(request)
+        resource = self._resource(request, name, script, labels)
+        client = self._client()
+        what = f"instances.insert {o.instance_type} ({o.market.value}) in {o.zone}"
+        try:
+            op = client.insert_unary(
+                request={
+                    "project": self._s.project, "zone": o.zone,
+                    "instance_resource": resource, "request_id": request_id(request.token),
+                },
+                timeout=self._api.timeout,
+            )  # fmt: skip
+        except gexc.Conflict:  # the name exists: ours (deterministic), adopt it
+            if self._get(o.zone, name) is not None:
+                return self.describe([ref])
+            raise translate(
+                gexc.Conflict("instance name exists but is not visible"), what=what
+            ) from None
+        except Exception as exc:
+            raise translate(
+                exc, what=what, pool=o.pool, secrets=self._api.secrets(), request=True
+            ) from None
+        if _done(op) and _has_error(op):
+            raise operation_failure(op, o.pool, self._api.secrets()).to_error()
+        return [
+            Instance(
+                id=name, cloud=CLOUD, region=o.region, zone=o.zone,
+                instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
+                tags=labels, launched_at=self._api.now(),
+                scope=make_scope(o.instance_type, o.market),
+            )
+        ]  # fmt: skip
+
+    def _labels(self, request: LaunchRequest) -> dict[str, str]:
+        raw = {str(k): str(v) for k, v in request.tags.items()}
+        raw.setdefault(TAG_OWNER, self._owner)
+        raw[TAG_NODE] = "0"
+        out = {}
+        for k, v in raw.items():
+            key = self._caps.label(k)
+            if not key or not key[0].isalpha():
+                key = f"k{key}"[: self._caps.label_max_length]
+            out[key] = self._caps.label(v)
+        return out
+
+    def _resource(
+        self, request: LaunchRequest, name: str, script: str, labels: dict[str, str]
+    ) -> Any:
+        from google.cloud import compute_v1
+
+        s, o = self._s, request.offering
+        machine, accel, count = parse_shape(o.instance_type)
+        sched = compute_v1.Scheduling(on_host_maintenance="TERMINATE", automatic_restart=False)
+        if o.market is Market.SPOT:
+            sched.provisioning_model = "SPOT"
+            sched.instance_termination_action = "DELETE"
+        elif s.flex_start_max_run is not None:  # DWS flex-start
+            sched.provisioning_model = "FLEX_START"
+            sched.instance_termination_action = "DELETE"
+            sched.max_run_duration = compute_v1.Duration(
+                seconds=int(s.flex_start_max_run.total_seconds())
+            )
+        nic = compute_v1.NetworkInterface(network=s.network)
+        sub = s.subnetwork_for(o.region)
+        if sub:
+            nic.subnetwork = sub
+        if s.external_ip:
+            nic.access_configs = [
+                compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")
+            ]
+        disk = compute_v1.AttachedDisk(
+            boot=True,
+            auto_delete=True,  # the boot disk goes with the VM: nothing left to collect
+            initialize_params=compute_v1.AttachedDiskInitializeParams(
+                source_image=s.image,
+                disk_size_gb=s.disk_size_gb,
+                disk_type=f"zones/{o.zone}/diskTypes/{s.disk_type}",
+                labels=labels,
+            ),
+        )
+        inst = compute_v1.Instance(
+            name=name,
+            machine_type=f"zones/{o.zone}/machineTypes/{machine}",
+            scheduling=sched,
+            disks=[disk],
+            network_interfaces=[nic],
+            labels=labels,
+            metadata=compute_v1.Metadata(
+                items=[compute_v1.Items(key="startup-script", value=script)]
+            ),
+        )
+        if sched.provisioning_model == "FLEX_START":
+            inst.reservation_affinity = compute_v1.ReservationAffinity(
+                consume_reservation_type="NO_RESERVATION"
+            )
+        if accel:
+            inst.guest_accelerators = [
+                compute_v1.AcceleratorConfig(
+                    accelerator_count=count,
+                    accelerator_type=f"zones/{o.zone}/acceleratorTypes/{accel}",
+                )
+            ]
+        if s.service_account or s.scopes:
+            inst.service_accounts = [
+                compute_v1.ServiceAccount(email=s.service_account or "default", scopes=s.scopes)
+            ]
+        return inst
+
+    # ----------------------------------------------------------------- observe
+
+    def _get(self, zone: str, name: str) -> Any | None:
+        client = self._client()
+        try:
+            return client.get(
+                project=self._s.project, zone=zone, instance=name, timeout=self._api.timeout
+            )
+        except gexc.NotFound:
+            return None
+        except Exception as exc:
+            raise translate(
+                exc, what=f"instances.get in {zone}", secrets=self._api.secrets()
+            ) from None
+
+    def _list_zone(self, zone: str, names: Sequence[str]) -> dict[str, Any]:
+        client = self._client()
+        flt = 'name eq "(' + "|".join(re.escape(n) for n in names) + ')"'
+        raws = self._api.call(
+            f"instances.list in {zone}",
+            lambda: list(
+                client.list(
+                    request={"project": self._s.project, "zone": zone, "filter": flt},
+                    timeout=self._api.timeout,
+                )
+            ),
+        )
+        return {r.name: r for r in raws if r.name in names}
+
+    def _ops(self, zone: str, names: Iterable[str]) -> dict[str, list[Any]]:
+        """The insert and ending operations of these instance names, oldest first."""
+        want = set(names)
+        client = self._api.compute("ZoneOperationsClient")
+        raws = self._api.call(
+            f"zoneOperations.list in {zone}",
+            lambda: list(
+                client.list(
+                    request={"project": self._s.project, "zone": zone, "filter": _OPS_FILTER},
+                    timeout=self._api.timeout,
+                )
+            ),
+        )
+        out: dict[str, list[Any]] = {}
+        for op in raws:
+            n = _last(op.target_link)
+            if n in want and "/instances/" in op.target_link:
+                out.setdefault(n, []).append(op)
+        for ops in out.values():
+            ops.sort(key=lambda op: op.insert_time or "")
+        return out
+
+    def describe(self, refs: Sequence[ResourceRef]) -> list[Instance]:
+        if not refs:
+            return []
+        now = self._api.now()
+        zoned = [r for r in refs if r.zone]
+        by_zone: dict[str, list[str]] = {}
+        scopes = {(r.zone, r.id): r.scope for r in zoned}
+        for r in zoned:
+            by_zone.setdefault(r.zone, [])
+            if r.id not in by_zone[r.zone]:
+                by_zone[r.zone].append(r.id)
+        found: dict[tuple[str, str], Instance] = {}
+        for zone, names in by_zone.items():
+            raws = self._list_zone(zone, names)
+            views = {n: self._view(raw, now) for n, raw in raws.items()}
+            unsettled = [
+                n for n in names if n not in views or views[n].state is InstanceState.ENDED
+            ]
+            ops = self._ops(zone, unsettled) if unsettled else {}
+            for n in names:
+                inst = views.get(n)
+                inst = self._settle(inst, ops.get(n, []), zone, n, now, scopes.get((zone, n), ""))
+                if inst is not None:
+                    found[(zone, n)] = inst
+        for r in refs:  # no zone: search every configured region by name
+            if not r.zone:
+                for inst in self._by_name(r.id):
+                    found.setdefault((r.zone, r.id), inst)
+        return [found.get((r.zone, r.id)) or not_found(r, CLOUD) for r in refs]
+
+    def _settle(
+        self,
+        inst: Instance | None,
+        ops: list[Any],
+        zone: str,
+        name: str,
+        now: datetime,
+        scope: str = "",
+    ) -> Instance | None:
+        """Combine what the instance list shows with the operations on that name."""
+        ending = [op for op in ops if op.operation_type in _ENDING_OPS]
+        inserts = [op for op in ops if op.operation_type == "insert"]
+        if inst is not None and inst.state is not InstanceState.ENDED:
+            return inst
+        if ending:
+            # What ended it first wins over the cleanup after it (a preemption or the guest's
+            # own shutdown, then our delete); a preemption anywhere wins outright.
+            op = next(
+                (o for o in ending if _ENDING_OPS[o.operation_type] is EndReason.INTERRUPTED),
+                ending[0],
+            )
+            inst = inst or self._ghost(zone, name, inserts, scope)
+            inst.state = InstanceState.ENDED
+            inst.end_reason = _ENDING_OPS[op.operation_type]
+            inst.ended_at = _time(op.end_time) or _time(op.insert_time) or now
+            return inst
+        if inst is not None:  # stopped without any operation on record: the guest shut down
+            inst.end_reason = EndReason.EXITED
+            inst.ended_at = inst.ended_at or now
+            return inst
+        if not inserts:
+            return None
+        op = inserts[-1]
+        ghost = self._ghost(zone, name, inserts, scope)
+        if not _done(op):
+            ghost.state = InstanceState.PENDING
+            return ghost
+        if _has_error(op):
+            ghost.failure = operation_failure(op, ghost.pool, self._api.secrets())
+            ghost.state = InstanceState.ENDED
+            ghost.end_reason = EndReason.LAUNCH_FAILED
+            ghost.ended_at = _time(op.end_time) or now
+            return ghost
+        # Inserted fine, gone now, and no operation says why (they expire): unknown end.
+        ghost.state = InstanceState.ENDED
+        ghost.end_reason = EndReason.UNKNOWN
+        ghost.ended_at = now
+        return ghost
+
+    def _ghost(self, zone: str, name: str, inserts: list[Any], scope: str) -> Instance:
+        """An instance known only from its operations (never created, or already deleted)."""
+        op = inserts[-1] if inserts else None
+        itype, market = parse_scope(scope)
+        return Instance(
+            id=name, cloud=CLOUD, region=region_of_zone(zone), zone=zone, instance_type=itype,
+            market=market, state=InstanceState.ENDED, scope=scope,
+            launched_at=_time(op.insert_time) if op else None,
+        )  # fmt: skip
+
+    def _view(self, raw: Any, now: datetime | None = None) -> Instance:
+        zone = _last(raw.zone)
+        machine = _last(raw.machine_type)
+        accs = list(raw.guest_accelerators or [])
+        itype = (
+            shape_name(machine, _last(accs[0].accelerator_type), int(accs[0].accelerator_count))
+            if accs
+            else machine
+        )
+        spot = raw.scheduling and raw.scheduling.provisioning_model == "SPOT"
+        state = _STATES.get(raw.status, InstanceState.PENDING)
+        labels = dict(raw.labels or {})
+        inst = Instance(
+            id=raw.name, cloud=CLOUD, region=region_of_zone(zone), zone=zone,
+            instance_type=itype, market=Market.SPOT if spot else Market.ON_DEMAND, state=state,
+            tags=labels, launched_at=_time(raw.creation_timestamp),
+            node=int(labels[TAG_NODE]) if labels.get(TAG_NODE, "").isdigit() else 0,
+        )  # fmt: skip
+        inst.scope = make_scope(inst.instance_type, inst.market)
+        if state is InstanceState.ENDED:
+            inst.ended_at = _time(raw.last_stop_timestamp) or now
+        return inst
+
+    def _aggregated(self, flt: str) -> list[Instance]:
+        client = self._client()
+        regions = set(self._s.regions)
+
+        def fetch() -> list[Any]:
+            out = []
+            for scope, scoped in client.aggregated_list(
+                request={"project": self._s.project, "filter": flt, "max_results": 500},
+                timeout=self._api.timeout,
+            ):
+                if region_of_zone(_last(scope)) in regions:
+                    out.extend(scoped.instances)
+            return out
+
+        raws = self._api.call("instances.aggregatedList", fetch)
+        now = self._api.now()
+        return [self._view(r, now) for r in raws]
+
+    def _by_name(self, name: str, region: str = "") -> list[Instance]:
+        found = [i for i in self._aggregated(f'name eq "{name}"') if i.id == name]
+        if region:
+            found = [i for i in found if i.region == region]
+        for i in found:
+            if i.state is InstanceState.ENDED:
+                ops = self._ops(i.zone, [i.id])
+                self._settle(i, ops.get(i.id, []), i.zone, i.id, self._api.now())
+        return found
+
+    def find_by_token(self, token: str, region: str = "") -> list[Instance]:
+        return self._by_name(instance_name(token), region)
+
+    def list_tagged(self, owner: str) -> list[TaggedResource]:
+        value = self._caps.label(owner)
+        out = []
+        for i in self._aggregated(f'labels.{TAG_OWNER} = "{value}"'):
+            if i.tags.get(TAG_OWNER) != value:
+                continue
+            # Every VM the list shows still exists: a stopped one (the job powered off) keeps
+            # its boot disk, billed, so it counts as live for leak collection, which deletes
+            # it once no live attempt owns it (the scheduler never terminates ended VMs).
+            out.append(TaggedResource(i.ref, dict(i.tags), True, i.launched_at))
+        return out
+
+    # ----------------------------------------------------------------- terminate
+
+    def terminate(self, refs: Sequence[ResourceRef]) -> None:
+        """Delete instances (their boot disks go with them); gone ones are not an error."""
+        client = self._client()
+        for ref in refs:
+            if ref.kind is not ResourceKind.INSTANCE:
+                continue
+            zones = [ref.zone] if ref.zone else [i.zone for i in self._by_name(ref.id)]
+            for zone in zones:
+                try:
+                    client.delete_unary(
+                        request={
+                            "project": self._s.project, "zone": zone, "instance": ref.id,
+                            "request_id": request_id(ref.id, "delete"),
+                        },
+                        timeout=self._api.timeout,
+                    )  # fmt: skip
+                except gexc.NotFound:
+                    continue
+                except Exception as exc:
+                    raise translate(
+                        exc, what=f"instances.delete in {zone}", secrets=self._api.secrets()
+                    ) from None
+
+
+__all__ = ["Instances", "instance_name", "pool_key", "request_id"]

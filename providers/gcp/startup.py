@@ -1,0 +1,125 @@
+"""The startup-script that runs a job attempt on the VM and records how it ended.
+
+Same approach as the AWS boot script: the argv and every environment value are shell-quoted,
+the exit code goes to the checkpoint store as ``exits/<N>.json`` through
+``python3 -m trainer.outcome`` when the image has it, else written by the script itself (a
+plain file for paths, ``aws s3 cp`` for s3). Then the VM powers off: GCE shows it TERMINATED
+without a preemption operation, which the adapter reads as EXITED; leak collection deletes
+the stopped VM once its attempt has ended (list_tagged reports it live: its disk is billed).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from providers.base import LaunchRejected
+from providers.gcp import ttl
+from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
+
+# GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
+MAX_SCRIPT = 256 * 1024
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_TEMPLATE = """#!/bin/bash
+# Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
+# then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).
+set -u
+if [ -e "${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}/started" ] \\
+   && [ -z "${{SPOTWISE_RERUN:-}}" ]; then
+  exit 0  # startup-scripts run on every boot; one attempt runs once
+fi
+state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
+logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
+mkdir -p "$state" "$logdir"
+touch "$state/started"
+{exports}
+argv=( {argv} )
+recorded=0
+if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
+  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
+      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
+  rc=$?
+  recorded=1
+else
+  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
+  rc=$?
+fi
+echo "$rc" > "$state/exit_code"
+if [ "$recorded" = 0 ]; then
+{record}
+fi
+{poweroff}
+"""
+
+_DOC = (
+    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '
+    '"$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
+)
+_RECORD_FILE = """  {doc}
+  d={dir}
+  tmp="$d/.{n}.json.tmp"
+  if ! {{ mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }}; then
+    echo "spotwise: could not write the exit record to $d" >>"$logdir/job.log"
+  fi"""
+_RECORD_S3 = """  {doc}
+  ok=0
+  for _ in {attempts}; do
+    if printf '%s\\n' "$doc" | aws s3 cp --only-show-errors - {url} >>"$logdir/job.log" 2>&1; then
+      ok=1; break
+    fi
+    sleep {delay_s}
+  done
+  [ "$ok" = 1 ] || echo "spotwise: could not write the exit record to" {url} >>"$logdir/job.log\""""
+_NO_RECORD = (
+    '  echo "spotwise: no checkpoint URI or attempt; exit code not recorded" >>"$logdir/job.log"'
+)
+
+
+def _record(env: Mapping[str, str]) -> tuple[str, bool]:
+    uri, attempt = env.get(ENV_CHECKPOINT_URI, ""), env.get(ENV_ATTEMPT, "")
+    if not uri or not attempt.isdigit():
+        return _NO_RECORD, False
+    try:
+        loc = parse_uri(uri)
+    except ValueError as exc:
+        raise LaunchRejected(f"gcp launch: {exc}") from None
+    n = int(attempt)
+    doc = _DOC.format(attempt=n)
+    if loc.is_local:
+        exits = loc.file(exit_name(n)).parent
+        return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n), True
+    url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
+    attempts = " ".join(str(i) for i in range(1, ttl.RECORD_ATTEMPTS + 1))
+    delay = int(ttl.RECORD_RETRY_DELAY.total_seconds())
+    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=attempts, delay_s=delay), True
+
+
+def build_startup_script(
+    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True
+) -> str:
+    """A bash script running `command` with `env` exported; LaunchRejected when the request
+    cannot be expressed (bad env names, an empty command, over GCE's metadata limit)."""
+    if not command:
+        raise LaunchRejected("gcp launch: the job command is empty")
+    bad = [k for k in env if not _ENV_NAME.match(k)]
+    if bad:
+        names = ", ".join(json.dumps(k) for k in bad)
+        raise LaunchRejected(f"gcp launch: invalid environment variable name(s): {names}")
+    record, has_record = _record(env)
+    script = _TEMPLATE.format(
+        exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
+        argv=" ".join(shlex.quote(str(a)) for a in command),
+        outcome_ok="" if has_record else "false && ",
+        record=record,
+        poweroff="shutdown -h now" if poweroff else "",
+    )
+    size = len(script.encode())
+    if size > MAX_SCRIPT:
+        raise LaunchRejected(
+            f"gcp launch: the startup-script is {size} bytes, over GCE's 256 KB metadata "
+            "value limit; shorten the command or environment"
+        )
+    return script

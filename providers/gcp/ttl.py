@@ -1,0 +1,36 @@
+"""Every cache lifetime, timeout and time window of the GCP adapter, each with its reason."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+# The composed offerings (Spot and on-demand SKU prices). GCE Spot prices change at most once
+# a day (Google: "Spot prices ... can change up to once every 30 days" / daily adjustments),
+# but the daemon polls every price_interval (5 min by default): matching it keeps the
+# adapter's view no staler than the daemon expects while costing one paged catalog read.
+PRICE_REFRESH = timedelta(minutes=5)
+
+# Machine types and accelerator types per zone: they change a few times a year.
+CATALOG_REFRESH = timedelta(days=1)
+
+# A just-inserted instance is normally visible (PROVISIONING) through instances.get as soon
+# as its insert operation exists, and describe() reads the operation while it is not; this
+# covers an operation list that lags behind the insert call itself.
+VISIBILITY_DELAY = timedelta(minutes=2)
+
+# GCE keeps a requestId for "at least 60 minutes" (compute API reference, requestId). The
+# deterministic instance name covers the rest: a second insert of a live name is 409.
+REQUEST_ID_WINDOW = timedelta(minutes=60)
+
+# Per HTTP request (google-api-core passes it to requests).
+REQUEST_TIMEOUT = timedelta(seconds=60)
+
+# The Billing Catalog returns at most 5,000 SKUs per page; asking for fewer only adds pages.
+SKU_PAGE_SIZE = 5000
+# Aggregated lists: GCE's maximum maxResults.
+LIST_PAGE_SIZE = 500
+
+# On the instance (the startup script): the exit record is retried for about half a minute
+# before the VM powers off anyway (a VM kept up to retry longer is billed).
+RECORD_ATTEMPTS = 5
+RECORD_RETRY_DELAY = timedelta(seconds=5)

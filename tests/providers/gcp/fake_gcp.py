@@ -1,0 +1,555 @@
+"""A loopback REST fake of the Compute Engine API and the Cloud Billing Catalog.
+
+stdlib ThreadingHTTPServer on 127.0.0.1:0; the real google-cloud-compute and
+google-cloud-billing clients talk to it. It models what the adapter relies on: aggregated
+lists and SKU lists with paging, list filters (`name eq "re"`, `labels.k = "v"`, OR'ed
+`operationType = "x"`), instances.insert with requestId dedup and name conflicts,
+operations that finish on a later read (with delayed errors), preemption and deletion as
+zone operations. Prices are us-central1 figures from shared/data/catalog/gcp_vms.csv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import re
+import threading
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+PROJECT = "spotwise-test"
+ZONES = ["us-central1-a", "us-central1-b", "europe-west4-a"]
+
+# (name, vCPUs, memory MiB, bundled accelerator, count)
+MACHINE_TYPES: dict[str, list[tuple[str, int, int, str, int]]] = {
+    "us-central1-a": [
+        ("n1-standard-4", 4, 15360, "", 0),
+        ("n1-standard-8", 8, 30720, "", 0),
+        ("n1-standard-16", 16, 61440, "", 0),
+        ("a2-highgpu-1g", 12, 87040, "nvidia-tesla-a100", 1),
+        ("a2-ultragpu-1g", 12, 174080, "nvidia-a100-80gb", 1),
+        ("g2-standard-4", 4, 16384, "nvidia-l4", 1),
+        ("a3-highgpu-8g", 208, 1916928, "nvidia-h100-80gb", 8),
+        ("e2-standard-4", 4, 16384, "", 0),
+    ],
+    "us-central1-b": [
+        ("n1-standard-4", 4, 15360, "", 0),
+        ("n1-standard-8", 8, 30720, "", 0),
+        ("g2-standard-4", 4, 16384, "nvidia-l4", 1),
+    ],
+    "europe-west4-a": [("n1-standard-4", 4, 15360, "", 0)],
+}
+ACCELERATORS: dict[str, list[tuple[str, int, str]]] = {
+    "us-central1-a": [
+        ("nvidia-tesla-t4", 4, "NVIDIA T4"),
+        ("nvidia-tesla-v100", 8, "NVIDIA V100"),
+        ("nvidia-tesla-a100", 16, "NVIDIA A100 40GB"),
+        ("nvidia-a100-80gb", 8, "NVIDIA A100 80GB"),
+        ("nvidia-l4", 8, "NVIDIA L4"),
+        ("nvidia-h100-80gb", 8, "NVIDIA H100 80GB"),
+    ],
+    "us-central1-b": [("nvidia-tesla-t4", 4, "NVIDIA T4"), ("nvidia-l4", 8, "NVIDIA L4")],
+    "europe-west4-a": [("nvidia-tesla-t4", 4, "NVIDIA T4")],
+}
+
+# us-central1 unit prices (USD/h per vCPU, per GiB, per GPU): on-demand, spot.
+PRICES = {
+    ("core", "N1"): (0.031611, 0.0116),
+    ("ram", "N1"): (0.004237, 0.00156),
+    ("core", "A2"): (0.031611, 0.0158),
+    ("ram", "A2"): (0.004237, 0.00212),
+    ("core", "G2"): (0.02499, 0.0105),
+    ("ram", "G2"): (0.002927, 0.00123),
+    ("core", "A3"): (0.029563, 0.0118),
+    ("ram", "A3"): (0.00176867, 0.0007),
+    ("gpu", "T4"): (0.35, 0.1654),
+    ("gpu", "V100"): (2.48, 1.24),
+    ("gpu", "A100"): (2.93391, 1.4341),
+    ("gpu", "A100 80GB"): (1.8462, 1.564),
+    ("gpu", "L4"): (0.56004, 0.2343),
+    ("gpu", "H100 80GB"): (4.20076, 4.0013),
+}
+_GROUP = {"N1": "N1Standard", "A2": "CPU", "G2": "CPU", "A3": "CPU"}
+
+
+def _money(v: float) -> dict[str, Any]:
+    units = int(v)
+    return {"currencyCode": "USD", "units": str(units), "nanos": round((v - units) * 1e9)}
+
+
+def sku(
+    desc: str, group: str, usage: str, price: float, regions: list[str], *,
+    family: str = "Compute", unit: str = "h",
+) -> dict[str, Any]:  # fmt: skip
+    digest = hashlib.sha256(f"{desc}|{regions}".encode()).hexdigest().upper()
+    sid = f"{digest[:4]}-{digest[4:8]}-{digest[8:12]}"
+    return {
+        "name": f"services/6F81-5844-456A/skus/{sid}",
+        "skuId": sid,
+        "description": desc,
+        "category": {
+            "serviceDisplayName": "Compute Engine", "resourceFamily": family,
+            "resourceGroup": group, "usageType": usage,
+        },
+        "serviceRegions": regions,
+        "pricingInfo": [{
+            "effectiveTime": "2026-11-01T00:00:00Z",
+            "pricingExpression": {
+                "usageUnit": unit, "usageUnitDescription": "hour", "baseUnit": "s",
+                "baseUnitDescription": "second", "baseUnitConversionFactor": 3600,
+                "displayQuantity": 1,
+                "tieredRates": [{"startUsageAmount": 0, "unitPrice": _money(price)}],
+            },
+        }],
+        "serviceProviderName": "Google",
+    }  # fmt: skip
+
+
+def default_skus() -> list[dict[str, Any]]:
+    """Both description formats, plus decoys (commitments, storage, egress, other regions,
+    custom and sole-tenant cores, workstation GPUs) that must never be used."""
+    r = ["us-central1"]
+    out = []
+    for (kind, what), (od, spot) in PRICES.items():
+        if kind == "gpu":
+            name = (
+                f"Nvidia Tesla {what}"
+                if what in ("T4", "V100", "A100", "A100 80GB")
+                else (f"Nvidia {what}")
+            )
+            out.append(sku(f"{name} GPU running in Americas", "GPU", "OnDemand", od, r))
+            if what in ("T4", "A100"):  # the older format
+                out.append(sku(f"Spot Preemptible {name} GPU running in Americas", "GPU",
+                               "Preemptible", spot, r))  # fmt: skip
+            else:
+                out.append(sku(f"{name} GPU attached to Spot Preemptible VMs running in Iowa",
+                               "GPU", "Preemptible", spot, r))  # fmt: skip
+        else:
+            noun = "Core" if kind == "core" else "Ram"
+            unit = "h" if kind == "core" else "GiBy.h"
+            group = _GROUP[what] if kind == "core" else "RAM"
+            base = (
+                f"{what} Predefined Instance {noun}" if what == "N1" else f"{what} Instance {noun}"
+            )
+            out.append(sku(f"{base} running in Americas", group, "OnDemand", od, r, unit=unit))
+            out.append(sku(f"Spot Preemptible {base} running in Americas", group, "Preemptible",
+                           spot, r, unit=unit))  # fmt: skip
+    out += [
+        sku("Commitment v1: A2 Cpu in Americas for 1 Year", "CPU", "Commit1Yr", 0.02, r),
+        sku(
+            "Commitment v1: Nvidia Tesla T4 GPU in Americas for 3 Year", "GPU", "Commit3Yr", 0.1, r
+        ),
+        sku("Storage PD Capacity", "PDStandard", "OnDemand", 0.04, r, family="Storage"),
+        sku(
+            "Network Internet Egress from Americas to EMEA",
+            "PremiumInternetEgress",
+            "OnDemand",
+            0.12,
+            r,
+            family="Network",
+        ),
+        sku(
+            "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Belgium",
+            "GPU",
+            "Preemptible",
+            0.01,
+            ["europe-west1"],
+        ),
+        sku("Custom Instance Core running in Americas", "N1Standard", "OnDemand", 0.001, r),
+        sku("N1 Sole Tenancy Instance Core running in Americas", "CPU", "OnDemand", 0.001, r),
+        sku(
+            "Nvidia Tesla T4 Virtual Workstation GPU running in Americas",
+            "GPU",
+            "OnDemand",
+            0.001,
+            r,
+        ),
+        sku(
+            "Spot Preemptible Nvidia Tesla T4 GPU running in Americas DWS Defined Duration",
+            "GPU",
+            "Preemptible",
+            0.001,
+            r,
+        ),
+    ]
+    return out
+
+
+def _rfc3339(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+_TERM = re.compile(r'([A-Za-z][\w.-]*)\s*(=|eq|!=|ne)\s*"([^"]*)"')
+
+
+def matches(flt: str, item: dict[str, Any]) -> bool:
+    """A subset of GCE's list filters: terms `f = "v"` / `f eq "regex"`, AND or OR'ed."""
+    terms = _TERM.findall(flt or "")
+    if not terms:
+        return True
+
+    def get(path: str) -> str:
+        cur: Any = item
+        if path.startswith("labels."):
+            return str(item.get("labels", {}).get(path[7:], ""))
+        for part in path.split("."):
+            cur = cur.get(part, "") if isinstance(cur, dict) else ""
+        return str(cur)
+
+    results = []
+    for field, op, value in terms:
+        v = get(field)
+        ok = v == value if op in ("=", "!=") else re.fullmatch(value, v) is not None
+        results.append(ok if op in ("=", "eq") else not ok)
+    return any(results) if " OR " in flt else all(results)
+
+
+class FakeGcp:
+    def __init__(self, page_size: int = 3, sku_page_size: int = 7) -> None:
+        self.page_size = page_size
+        self.sku_page_size = sku_page_size
+        self.skus = default_skus()
+        self.lock = threading.RLock()
+        self.instances: dict[tuple[str, str], dict[str, Any]] = {}
+        self.ops: dict[tuple[str, str], dict[str, Any]] = {}
+        self.request_ids: dict[str, tuple[str, str]] = {}
+        self.log: list[tuple[str, str, dict[str, list[str]], Any]] = []
+        self.auth_headers: list[str] = []
+        # zone -> (code, message, http status, reads before the operation fails)
+        self.fail_insert: dict[str, tuple[str, str, int, int]] = {}
+        # zone -> (http status, reason, message): a synchronous insert error
+        self.reject_insert: dict[str, tuple[int, str, str]] = {}
+        self.stockout: dict[str, tuple[str, str, int, int]] = {}  # like fail_insert, lasting
+        self.unreachable: set[str] = set()  # zones whose scope answers with a warning
+        self.fail_skus = False
+        self._ids = itertools.count(1000)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def reset(self) -> None:
+        with self.lock:
+            self.instances.clear()
+            self.ops.clear()
+            self.request_ids.clear()
+            self.log.clear()
+            self.fail_insert.clear()
+            self.reject_insert.clear()
+            self.unreachable.clear()
+            self.stockout.clear()
+            self.fail_skus = False
+            self.skus = default_skus()
+
+    # ------------------------------------------------------------------ test controls
+
+    def _op(self, zone: str, op_type: str, name: str, status: str = "DONE", **extra: Any) -> dict:
+        n = next(self._ids)
+        now = _rfc3339(datetime.now(UTC))
+        base = f"{self.url}/compute/v1/projects/{PROJECT}/zones/{zone}"
+        op = {
+            "kind": "compute#operation", "id": str(n), "name": f"operation-{n}",
+            "zone": base, "operationType": op_type, "targetLink": f"{base}/instances/{name}",
+            "targetId": str(n), "status": status, "progress": 100 if status == "DONE" else 0,
+            "insertTime": now, "startTime": now, "selfLink": f"{base}/operations/operation-{n}",
+        }  # fmt: skip
+        if status == "DONE":
+            op["endTime"] = now
+        op.update(extra)
+        self.ops[(zone, op["name"])] = op
+        return op
+
+    def preempt(self, name: str, action: str = "DELETE") -> None:
+        """GCE reclaims a Spot VM: a compute.instances.preempted operation, then the VM is
+        TERMINATED (STOP) or gone (DELETE)."""
+        with self.lock:
+            (zone, _), inst = next((k, v) for k, v in self.instances.items() if k[1] == name)
+            self._op(zone, "compute.instances.preempted", name, user="system")
+            if action == "DELETE":
+                del self.instances[(zone, name)]
+            else:
+                inst["status"] = "TERMINATED"
+
+    def guest_shutdown(self, name: str) -> None:
+        """The startup-script finished and powered off: TERMINATED, no preemption."""
+        with self.lock:
+            (zone, _), inst = next((k, v) for k, v in self.instances.items() if k[1] == name)
+            inst["status"] = "TERMINATED"
+            self._op(zone, "compute.instances.guestTerminate", name, user="system")
+
+    def add_instance(self, zone: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
+        """A VM created behind the adapter's back (a leak)."""
+        with self.lock:
+            return self._create(
+                zone,
+                {
+                    "name": name,
+                    "labels": labels,
+                    "machineType": f"zones/{zone}/machineTypes/n1-standard-4",
+                    "scheduling": {"provisioningModel": "SPOT"},
+                },
+                "RUNNING",
+            )
+
+    def requests(self, method: str, pattern: str) -> list[tuple[str, str, dict, Any]]:
+        with self.lock:
+            return [r for r in self.log if r[0] == method and re.search(pattern, r[1])]
+
+    # ------------------------------------------------------------------ model
+
+    def _create(self, zone: str, body: dict[str, Any], status: str) -> dict[str, Any]:
+        base = f"{self.url}/compute/v1/projects/{PROJECT}/zones/{zone}"
+        inst = dict(body)
+        inst.update(
+            kind="compute#instance", id=str(next(self._ids)), zone=base, status=status,
+            creationTimestamp=_rfc3339(datetime.now(UTC)),
+            selfLink=f"{base}/instances/{body['name']}", _reads=0,
+        )  # fmt: skip
+        mt = inst.get("machineType", "")
+        if not mt.startswith("http"):
+            inst["machineType"] = f"{self.url}/compute/v1/projects/{PROJECT}/{mt}"
+        self.instances[(zone, body["name"])] = inst
+        return inst
+
+    def _insert(self, zone: str, body: dict[str, Any], rid: str) -> tuple[int, dict[str, Any]]:
+        if rid and rid in self.request_ids:
+            return 200, self.ops[self.request_ids[rid]]
+        name = body.get("name", "")
+        if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name):
+            return _error(400, "invalid", f"Invalid value for field 'resource.name': '{name}'.")
+        for k, v in (body.get("labels") or {}).items():
+            if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", k) or not re.fullmatch(
+                r"[a-z0-9_-]{0,63}", v
+            ):
+                return _error(400, "invalid", f"Invalid value for field 'resource.labels': '{k}'")
+        mt = body.get("machineType", "").rsplit("/", 1)[-1]
+        if mt not in {m[0] for m in MACHINE_TYPES.get(zone, [])}:
+            return _error(
+                404, "notFound", f"The resource 'zones/{zone}/machineTypes/{mt}' was not found"
+            )
+        if (zone, name) in self.instances:
+            return _error(409, "alreadyExists", f"The resource '{name}' already exists")
+        if zone in self.reject_insert:
+            status, reason, msg = self.reject_insert.pop(zone)
+            return _error(status, reason, msg)
+        fail = self.fail_insert.pop(zone, None) or self.stockout.get(zone)
+        if fail is not None:
+            op = self._op(zone, "insert", name, status="RUNNING", user="spotwise")
+            op["_fail"] = list(fail)  # a copy: the delay counts down per operation
+        else:
+            op = self._op(zone, "insert", name, status="RUNNING", user="spotwise")
+            op["_finish_after"] = 1
+            self._create(zone, body, "PROVISIONING")
+        if rid:
+            self.request_ids[rid] = (zone, op["name"])
+        return 200, op
+
+    def _read_op(self, op: dict[str, Any]) -> dict[str, Any]:
+        """Operations finish on a later read; a failing one carries its error then."""
+        if op["status"] == "DONE":
+            return op
+        if "_fail" in op:
+            code, msg, status, reads = op["_fail"]
+            if reads > 0:
+                op["_fail"][3] = reads - 1
+                return op
+            op.update(
+                status="DONE", endTime=_rfc3339(datetime.now(UTC)), progress=100,
+                error={"errors": [{"code": code, "message": msg}]},
+                httpErrorStatusCode=status, httpErrorMessage="SERVICE UNAVAILABLE",
+            )  # fmt: skip
+            return op
+        op["_finish_after"] -= 1
+        if op["_finish_after"] < 0:
+            op.update(status="DONE", endTime=_rfc3339(datetime.now(UTC)), progress=100)
+        return op
+
+    def _read_instance(self, inst: dict[str, Any]) -> dict[str, Any]:
+        if inst["status"] in ("PROVISIONING", "STAGING"):
+            inst["_reads"] += 1
+            if inst["_reads"] > 1:
+                inst["status"] = "RUNNING"
+        return inst
+
+    def _delete(self, zone: str, name: str, rid: str) -> tuple[int, dict[str, Any]]:
+        if rid and rid in self.request_ids and self.request_ids[rid] in self.ops:
+            return 200, self.ops[self.request_ids[rid]]
+        if (zone, name) not in self.instances:
+            return _error(
+                404,
+                "notFound",
+                f"The resource '{_path(zone, name)}' was not found",
+            )
+        del self.instances[(zone, name)]
+        op = self._op(zone, "delete", name, user="spotwise")
+        if rid:
+            self.request_ids[rid] = (zone, op["name"])
+        return 200, op
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _aggregated(self, kind: str, q: dict[str, list[str]]) -> dict[str, Any]:
+        flt = q.get("filter", [""])[0]
+        key = {"machineTypes": "machineTypes", "acceleratorTypes": "acceleratorTypes",
+               "instances": "instances"}[kind]  # fmt: skip
+        pairs: list[tuple[str, dict[str, Any] | None]] = []
+        for zone in ZONES:
+            if kind == "instances":
+                items = [
+                    _public(self._read_instance(v))
+                    for (z, _), v in sorted(self.instances.items())
+                    if z == zone
+                ]
+            elif kind == "machineTypes":
+                items = [_machine(zone, *m) for m in MACHINE_TYPES.get(zone, [])]
+            else:
+                items = [_accel(zone, *a) for a in ACCELERATORS.get(zone, [])]
+            items = [i for i in items if matches(flt, i)]
+            if zone in self.unreachable:
+                pairs.append((zone, None))
+            pairs.extend((zone, i) for i in items)
+        size = min(self.page_size, int(q.get("maxResults", ["500"])[0]))
+        start = int(q.get("pageToken", ["0"])[0] or 0)
+        page = pairs[start : start + size]
+        out: dict[str, Any] = {}
+        for zone, item in page:
+            scoped = out.setdefault(f"zones/{zone}", {})
+            if item is None:
+                scoped["warning"] = {"code": "UNREACHABLE", "message": f"zone {zone} unreachable"}
+            else:
+                scoped.setdefault(key, []).append(item)
+        doc: dict[str, Any] = {"kind": f"compute#{kind}AggregatedList", "items": out}
+        if start + size < len(pairs):
+            doc["nextPageToken"] = str(start + size)
+        return doc
+
+    def _skus(self, q: dict[str, list[str]]) -> tuple[int, dict[str, Any]]:
+        if self.fail_skus:
+            return _error(503, "backendError", "The service is currently unavailable.")
+        start = int(q.get("pageToken", ["0"])[0] or 0)
+        page = self.skus[start : start + self.sku_page_size]
+        doc: dict[str, Any] = {"skus": page, "nextPageToken": ""}
+        if start + self.sku_page_size < len(self.skus):
+            doc["nextPageToken"] = str(start + self.sku_page_size)
+        return 200, doc
+
+    def route(self, method: str, path: str, q: dict[str, list[str]], body: Any) -> tuple[int, Any]:
+        with self.lock:
+            self.log.append((method, path, q, body))
+            if path == "/v1/services/6F81-5844-456A/skus" and method == "GET":
+                return self._skus(q)
+            m = re.fullmatch(r"/compute/v1/projects/([^/]+)/aggregated/(\w+)", path)
+            if m and method == "GET":
+                return 200, self._aggregated(m.group(2), q)
+            m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(\w+)(?:/([^/]+))?", path)
+            if not m:
+                return _error(404, "notFound", f"no route {method} {path}")
+            zone, coll, name = m.group(2), m.group(3), m.group(4)
+            rid = q.get("requestId", [""])[0]
+            flt = q.get("filter", [""])[0]
+            if coll == "instances":
+                if method == "POST" and name is None:
+                    return self._insert(zone, body or {}, rid)
+                if method == "GET" and name is None:
+                    items = [
+                        _public(self._read_instance(v))
+                        for (z, _), v in sorted(self.instances.items())
+                        if z == zone
+                    ]
+                    return 200, {"items": [i for i in items if matches(flt, i)]}
+                if method == "GET":
+                    inst = self.instances.get((zone, name))
+                    if inst is None:
+                        return _error(
+                            404,
+                            "notFound",
+                            f"The resource '{_path(zone, name)}' was not found",
+                        )
+                    return 200, _public(self._read_instance(inst))
+                if method == "DELETE":
+                    return self._delete(zone, name, rid)
+            if coll == "operations":
+                if method == "GET" and name is None:
+                    ops = [_public(self._read_op(v)) for (z, _), v in self.ops.items() if z == zone]
+                    return 200, {"items": [o for o in ops if matches(flt, o)]}
+                if method == "GET":
+                    op = self.ops.get((zone, name))
+                    if op is None:
+                        return _error(404, "notFound", f"operation {name} not found")
+                    return 200, _public(self._read_op(op))
+            return _error(404, "notFound", f"no route {method} {path}")
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def _serve(self, method: str) -> None:
+                u = urlparse(self.path)
+                n = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(n) if n else b""
+                body = json.loads(raw) if raw else None
+                auth = self.headers.get("Authorization")
+                if auth:
+                    fake.auth_headers.append(auth)
+                status, doc = fake.route(method, u.path, parse_qs(u.query), body)
+                data = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self._serve("GET")
+
+            def do_POST(self) -> None:
+                self._serve("POST")
+
+            def do_DELETE(self) -> None:
+                self._serve("DELETE")
+
+        return Handler
+
+
+def _public(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if not k.startswith("_")}
+
+
+def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {
+        "error": {"code": status, "message": message,
+                  "errors": [{"message": message, "domain": "global", "reason": reason}]}
+    }  # fmt: skip
+
+
+def _machine(zone: str, name: str, cpus: int, mem: int, acc: str, count: int) -> dict[str, Any]:
+    d: dict[str, Any] = {
+        "kind": "compute#machineType", "name": name, "guestCpus": cpus, "memoryMb": mem,
+        "zone": zone, "description": f"{cpus} vCPUs, {mem / 1024:g} GB RAM",
+    }  # fmt: skip
+    if acc:
+        d["accelerators"] = [{"guestAcceleratorType": acc, "guestAcceleratorCount": count}]
+    return d
+
+
+def _accel(zone: str, name: str, max_cards: int, desc: str) -> dict[str, Any]:
+    return {
+        "kind": "compute#acceleratorType", "name": name, "description": desc,
+        "maximumCardsPerInstance": max_cards,
+        "zone": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{zone}",
+    }  # fmt: skip
+
+
+def _path(zone: str, name: str) -> str:
+    return f"projects/{PROJECT}/zones/{zone}/instances/{name}"
