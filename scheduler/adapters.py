@@ -16,7 +16,7 @@ def build_providers(config: Config) -> dict[str, Provider]:
 
         out["local"] = LocalMarket(local_settings(config), clock=clock_for(config))
     if p.aws is not None and getattr(p.aws, "enabled", True):
-        from providers.aws import AwsProvider
+        from providers.aws.provider import AwsProvider
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
     if p.azure is not None and p.azure.enabled:

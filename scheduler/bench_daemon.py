@@ -116,10 +116,15 @@ def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime) ->
     if not jobs:
         return
     with engine.begin() as c:
-        c.execute(sa.insert(Job.__table__), jobs)  # type: ignore[attr-defined]
+        c.execute(sa.insert(_table(Job)), jobs)
         if attempts:
-            c.execute(sa.insert(Attempt.__table__), attempts)  # type: ignore[attr-defined]
-            c.execute(sa.insert(SpendBucket.__table__), buckets)  # type: ignore[attr-defined]
+            c.execute(sa.insert(_table(Attempt)), attempts)
+            c.execute(sa.insert(_table(SpendBucket)), buckets)
+
+
+def _table(model: type) -> sa.Table:
+    table: sa.Table = model.__table__  # type: ignore[attr-defined]
+    return table
 
 
 @dataclass

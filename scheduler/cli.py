@@ -152,7 +152,7 @@ def _status_table(rows: list[dict[str, Any]]) -> Table:
         ("RECOV", {"justify": "right"}),
         ("REASON", {}),
     ):
-        t.add_column(name, no_wrap=name != "REASON", **kw)
+        t.add_column(name, no_wrap=name != "REASON", justify=kw.get("justify", "left"))  # type: ignore[arg-type]
     colors = {
         "RUNNING": "green",
         "SUCCEEDED": "bold green",

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlmodel import Session, func, select
+from sqlmodel import Session, col, func, select
 
 from scheduler import systemd
 from scheduler.adapters import build_providers, clock_for
@@ -124,7 +124,7 @@ class Daemon:
                 s.exec(
                     select(Job.state, func.count())
                     .where(
-                        Job.state.in_(
+                        col(Job.state).in_(
                             (
                                 JobState.RUNNING,
                                 JobState.PENDING,
@@ -133,7 +133,7 @@ class Daemon:
                                 JobState.HELD,
                             )
                         )
-                    )  # type: ignore[attr-defined]
+                    )
                     .group_by(Job.state)
                 ).all()
             )
@@ -142,7 +142,7 @@ class Daemon:
                     func.coalesce(
                         func.sum(func.coalesce(Attempt.billed_price, Attempt.price_per_hour)), 0.0
                     )
-                ).where(Attempt.state.in_((AttemptState.RUNNING, AttemptState.STOPPING)))  # type: ignore[attr-defined]
+                ).where(col(Attempt.state).in_((AttemptState.RUNNING, AttemptState.STOPPING)))
             ).one()
         running = counts.get(JobState.RUNNING, 0) + counts.get(JobState.LAUNCHING, 0)
         pending = counts.get(JobState.PENDING, 0) + counts.get(JobState.RECOVERING, 0)

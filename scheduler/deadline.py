@@ -118,7 +118,9 @@ class DeadlinePlanner:
                 action,
             )
         return DeadlineAdvice(
-            replace(ctx, markets=frozenset({Market.SPOT}), spot_zones=frozenset({action.zone})),
+            replace(
+                ctx, markets=frozenset({Market.SPOT}), spot_zones=frozenset({action.zone or ""})
+            ),
             f"spot in {action.zone} ({slack:.1f} h of slack)",
             action,
         )

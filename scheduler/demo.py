@@ -22,7 +22,7 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from providers.base import Market
 from providers.local.market import LocalMarket, suggest_trace_start
@@ -160,9 +160,9 @@ def summary_table(engine, config: Config) -> tuple[Table, float, float]:
         t.add_column(c, justify="right" if c in ("PAID", "ON-DEMAND", "SAVED") else "left")
     total_paid = total_od = 0.0
     with Session(engine) as s:
-        for job in s.exec(select(Job).order_by(Job.created_at)).all():
+        for job in s.exec(select(Job).order_by(col(Job.created_at))).all():
             attempts = s.exec(
-                select(Attempt).where(Attempt.job_id == job.id).order_by(Attempt.number)
+                select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
             ).all()
             paid = sum(a.cost_usd for a in attempts)
             ondemand = 0.0
@@ -271,7 +271,8 @@ def _wait(engine, ids, pred, timeout: float) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         with Session(engine) as s:
-            if all(pred(s.get(Job, i).state) for i in ids):
+            jobs = [s.get(Job, i) for i in ids]
+            if all(j is not None and pred(j.state) for j in jobs):
                 return
         time.sleep(0.3)
 

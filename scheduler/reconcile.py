@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from sqlalchemy.engine import Engine
-from sqlmodel import select
+from sqlmodel import col, select
 
 from providers.base import Provider
 from scheduler.clock import Clock
@@ -148,8 +148,8 @@ class Reconciler:
             waiting = s.exec(
                 select(Attempt.id, Attempt.launch_requested_at).where(
                     Attempt.state == AttemptState.LAUNCHING,
-                    Attempt.instance_id.is_(None),  # type: ignore[union-attr]
-                    Attempt.stop_requested_at.is_(None),  # type: ignore[union-attr]
+                    col(Attempt.instance_id).is_(None),
+                    col(Attempt.stop_requested_at).is_(None),
                 )
             ).all()
         fresh = [i for i, asked in waiting if asked is None]

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
@@ -47,20 +48,20 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
 
 
 def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
-    live = current is not None and current.state is not AttemptState.ENDED
+    live = current if current is not None and current.state is not AttemptState.ENDED else None
     return {
         "id": j.id,
         "name": j.name,
         "team": j.team,
         "state": j.state.value,
         "reason": j.reason,
-        "cloud": current.cloud if live else None,
-        "region": current.region if live else None,
-        "zone": current.zone if live else None,
-        "instance_type": current.instance_type if live else None,
-        "instance": current.instance_id if live else None,
-        "market": current.market if live else None,
-        "price_per_hour": current.price_per_hour if live else None,
+        "cloud": live.cloud if live else None,
+        "region": live.region if live else None,
+        "zone": live.zone if live else None,
+        "instance_type": live.instance_type if live else None,
+        "instance": live.instance_id if live else None,
+        "market": live.market if live else None,
+        "price_per_hour": live.price_per_hour if live else None,
         "spent_usd": round(j.cost_usd, 6),
         "attempts": j.attempts,
         "recoveries": j.recoveries,
@@ -86,7 +87,8 @@ def job_rows(engine: Engine) -> list[dict[str, Any]]:
             a.job_id: a
             for a in s.exec(
                 select(Attempt).join(
-                    last, (Attempt.job_id == last.c.job_id) & (Attempt.number == last.c.n)
+                    last,
+                    sa.and_(col(Attempt.job_id) == last.c.job_id, col(Attempt.number) == last.c.n),
                 )
             ).all()
         }

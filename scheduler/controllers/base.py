@@ -21,7 +21,14 @@ from typing import Generic, TypeVar
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
-from providers.base import Provider, ProviderError, TransientError
+from providers.base import (
+    Instance,
+    LaunchRequest,
+    Provider,
+    ProviderError,
+    ResourceRef,
+    TransientError,
+)
 from scheduler.catalog import Catalog
 from scheduler.models import AttemptState, JobState
 
@@ -214,3 +221,20 @@ def job_running(s: Session, job_id: str, pool: str, price: float, now: datetime)
         )
         job.not_before = None
         s.add(job)
+
+
+# Typed closures for Clouds.gather: one cloud call each, bound to its arguments.
+def describing(refs: list[ResourceRef]) -> Callable[[Provider], list[Instance]]:
+    return lambda p: p.describe(refs)
+
+
+def launching(request: LaunchRequest) -> Callable[[Provider], list[Instance]]:
+    return lambda p: p.launch(request)
+
+
+def terminating(refs: list[ResourceRef]) -> Callable[[Provider], None]:
+    return lambda p: p.terminate(refs)
+
+
+def finding(token: str, region: str) -> Callable[[Provider], list[Instance]]:
+    return lambda p: p.find_by_token(token, region)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from providers.base import EndReason, Instance, InstanceState, Market, ResourceRef
 from scheduler.audit import emit
@@ -21,6 +21,7 @@ from scheduler.controllers.base import (
     LIVE,
     Clouds,
     Db,
+    describing,
     hours,
     job_running,
     mark_unavailable,
@@ -63,8 +64,8 @@ class InstanceController:
         with self.db.read() as s:
             rows = s.exec(
                 select(Attempt, Job.checkpoint_uri)
-                .where(Attempt.job_id == Job.id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
-                .where(Attempt.instance_id.is_not(None))  # type: ignore[union-attr]
+                .where(Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE))
+                .where(col(Attempt.instance_id).is_not(None))
             ).all()
         live = [
             _Live(
@@ -84,7 +85,7 @@ class InstanceController:
             by_provider.setdefault(x.provider, []).append(x)
         results = clouds.gather(
             {
-                name: (name, lambda p, xs=xs: p.describe([x.ref for x in xs]))
+                name: (name, describing([x.ref for x in xs]))
                 for name, xs in by_provider.items()
                 if clouds.get(name) is not None
             }

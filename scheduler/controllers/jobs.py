@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from scheduler import budget as budgets
 from scheduler.audit import emit
@@ -78,10 +78,10 @@ class JobController:
     def step(self, only: list[str] | None = None) -> list[str]:
         """Step every active job (or `only` these); returns the attempt ids of new intents."""
         with self.db.read() as s:
-            q = select(Job.id).where(Job.state.in_(ACTIVE_JOB_STATES))  # type: ignore[attr-defined]
+            q = select(Job.id).where(col(Job.state).in_(ACTIVE_JOB_STATES))
             if only is not None:
-                q = q.where(Job.id.in_(only))  # type: ignore[attr-defined]
-            ids = list(s.exec(q.order_by(Job.created_at)).all())
+                q = q.where(col(Job.id).in_(only))
+            ids = list(s.exec(q.order_by(col(Job.created_at))).all())
             facts = self._facts(s)
         intents: list[str] = []
         for job_id in ids:
@@ -127,10 +127,10 @@ class JobController:
             if job is None or job.state.terminal:
                 return None
             live = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
+                select(Attempt).where(Attempt.job_id == job_id, col(Attempt.state).in_(LIVE))
             ).first()
             last = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number.desc())  # type: ignore[attr-defined]
+                select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number).desc())
             ).first()
         if live is not None:
             self._step_live(job, live, facts, now)
@@ -358,8 +358,8 @@ class JobController:
             if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
                 return None
             if s.exec(
-                select(Attempt.id).where(Attempt.job_id == job.id, Attempt.state.in_(LIVE))
-            ).first():  # type: ignore[attr-defined]
+                select(Attempt.id).where(Attempt.job_id == job.id, col(Attempt.state).in_(LIVE))
+            ).first():
                 return None
             number = fresh.attempts + 1
             attempt_id = f"{fresh.id}-a{number}"

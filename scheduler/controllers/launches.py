@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from providers.base import (
     TAG_ATTEMPT,
@@ -39,7 +39,9 @@ from scheduler.controllers.base import (
     Clouds,
     Db,
     Steps,
+    finding,
     job_running,
+    launching,
     mark_unavailable,
     safe_message,
 )
@@ -89,7 +91,7 @@ class LaunchController:
                     s.exec(
                         select(Attempt, Job).where(
                             Attempt.job_id == Job.id,
-                            Attempt.id.in_(chunk),  # type: ignore[attr-defined]
+                            col(Attempt.id).in_(chunk),
                         )
                     ).all()
                 )
@@ -152,7 +154,7 @@ class LaunchController:
             return out
         self.step("after_claim")
         results = clouds.gather(
-            {aid: (name, lambda p, r=req: p.launch(r)) for aid, (name, req) in requests.items()}
+            {aid: (name, launching(req)) for aid, (name, req) in requests.items()}
         )
         self.step("after_launch")
         with self.db.write() as s:
@@ -306,7 +308,7 @@ class LaunchController:
         with self.db.read() as s:
             rows = [s.get(Attempt, i) for i in attempt_ids]
         calls = {
-            a.id: (a.provider, lambda p, a=a: p.find_by_token(a.token, a.region))
+            a.id: (a.provider, finding(a.token, a.region))
             for a in rows
             if a is not None and clouds.get(a.provider) is not None
         }

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from providers.base import TAG_ATTEMPT, TAG_JOB, ResourceKind, TaggedResource
 from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
-from scheduler.controllers.base import LIVE, Clouds, Db, safe_message
+from scheduler.controllers.base import LIVE, Clouds, Db, safe_message, terminating
 from scheduler.models import Attempt, LeakSeen
 
 
@@ -37,7 +37,7 @@ class LeakController:
         with self.db.read() as s:
             live = {
                 a.id: (a.instance_id, a.provider)
-                for a in s.exec(select(Attempt).where(Attempt.state.in_(LIVE))).all()  # type: ignore[attr-defined]
+                for a in s.exec(select(Attempt).where(col(Attempt.state).in_(LIVE))).all()
             }
             seen = {r.resource_id: r for r in s.exec(select(LeakSeen)).all()}
         orphans: dict[str, tuple[str, TaggedResource]] = {}
@@ -67,8 +67,8 @@ class LeakController:
                 if rid not in orphans:
                     s.delete(row)  # adopted, ended or gone: forget it
             for rid, (name, res) in orphans.items():
-                row = seen.get(rid)
-                if row is None:
+                known = seen.get(rid)
+                if known is None:
                     s.add(
                         LeakSeen(
                             resource_id=rid,
@@ -77,15 +77,12 @@ class LeakController:
                             first_seen_at=now,
                         )
                     )
-                elif now - row.first_seen_at >= cfg.daemon.leak_grace:
+                elif now - known.first_seen_at >= cfg.daemon.leak_grace:
                     due[rid] = (name, res)
         if not due:
             return
         results = clouds.gather(
-            {
-                rid: (name, lambda p, ref=res.ref: p.terminate([ref]))
-                for rid, (name, res) in due.items()
-            }
+            {rid: (name, terminating([res.ref])) for rid, (name, res) in due.items()}
         )
         with self.db.write() as s:
             for rid, r in results.items():
@@ -99,9 +96,9 @@ class LeakController:
                         level="warning",
                     )
                     continue
-                row = s.get(LeakSeen, rid)
-                if row is not None:
-                    s.delete(row)
+                done = s.get(LeakSeen, rid)
+                if done is not None:
+                    s.delete(done)
                 emit(
                     s,
                     now,

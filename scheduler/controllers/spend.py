@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlmodel import Session, func, select
+from sqlmodel import Session, col, func, select
 
 from scheduler import budget as budgets
 from scheduler.audit import emit
@@ -85,10 +85,10 @@ class SpendController:
         in effect during it (`billed_price`), then the attempt takes the current price."""
         rows = s.exec(
             select(Attempt, Job.name, Job.team)
-            .where(Attempt.job_id == Job.id, Attempt.started_at.is_not(None))  # type: ignore[union-attr]
+            .where(Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None))
             .where(
-                Attempt.state.in_(LIVE)  # type: ignore[attr-defined]
-                | (Attempt.accrued_until.is_(None))  # type: ignore[union-attr]
+                col(Attempt.state).in_(LIVE)
+                | (col(Attempt.accrued_until).is_(None))
                 | (Attempt.accrued_until != Attempt.ended_at)
             )
         ).all()
@@ -149,7 +149,7 @@ class SpendController:
                 func.coalesce(
                     func.sum(func.coalesce(Attempt.billed_price, Attempt.price_per_hour)), 0.0
                 )
-            ).where(Attempt.job_id == Job.id, Attempt.state.in_(LIVE))  # type: ignore[attr-defined]
+            ).where(Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE))
             kind, _, value = rule.scope.partition(":")
             if kind == "team":
                 q = q.where(SpendBucket.team == value)
@@ -170,8 +170,8 @@ class SpendController:
     def _unaccrued(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
         q = select(Attempt, Job.name, Job.team).where(
             Attempt.job_id == Job.id,
-            Attempt.state.in_(LIVE),
-            Attempt.started_at.is_not(None),  # type: ignore[attr-defined,union-attr]
+            col(Attempt.state).in_(LIVE),
+            col(Attempt.started_at).is_not(None),
         )
         total = 0.0
         for a, name, team in s.exec(q).all():
@@ -238,8 +238,8 @@ class SpendController:
         rows = s.exec(
             select(Attempt, Job).where(
                 Attempt.job_id == Job.id,
-                Attempt.state.in_((AttemptState.LAUNCHING, AttemptState.RUNNING)),  # type: ignore[attr-defined]
-                Attempt.stop_requested_at.is_(None),  # type: ignore[union-attr]
+                col(Attempt.state).in_((AttemptState.LAUNCHING, AttemptState.RUNNING)),
+                col(Attempt.stop_requested_at).is_(None),
             )
         ).all()
         rule = st.rule

@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from providers.base import Instance, InstanceState, Provider, ResourceRef
 from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
-from scheduler.controllers.base import LIVE, Clouds, Db, safe_message
+from scheduler.controllers.base import LIVE, Clouds, Db, safe_message, terminating
 from scheduler.models import Attempt, AttemptEnd, AttemptState
 
 _NEVER_STARTED = {
@@ -38,8 +38,8 @@ class StopController:
         with self.db.read() as s:
             stopping = s.exec(
                 select(Attempt).where(
-                    Attempt.state.in_(LIVE),  # type: ignore[attr-defined]
-                    Attempt.stop_requested_at.is_not(None),  # type: ignore[union-attr]
+                    col(Attempt.state).in_(LIVE),
+                    col(Attempt.stop_requested_at).is_not(None),
                 )
             ).all()
         terminate: dict[str, tuple[str, Callable]] = {}
@@ -49,7 +49,7 @@ class StopController:
                     ref = ResourceRef(
                         a.instance_id, a.region, a.zone, a.instance_scope, a.started_at
                     )
-                    terminate[a.id] = (a.provider, lambda p, ref=ref: p.terminate([ref]))
+                    terminate[a.id] = (a.provider, terminating([ref]))
                 continue
             if a.launch_requested_at is None:
                 self._end_unlaunched(a.id, now)  # the cloud was never asked: nothing to stop
@@ -65,9 +65,10 @@ class StopController:
 
         with self.db.write() as s:
             for attempt_id, r in results.items():
-                a = s.get(Attempt, attempt_id)
-                if a is None or a.state is AttemptState.ENDED:
+                got = s.get(Attempt, attempt_id)
+                if got is None or got.state is AttemptState.ENDED:
                     continue
+                a = got
                 if r.error is not None:
                     emit(
                         s,
