@@ -59,9 +59,10 @@ def test_canonical_gpu_names():
         ("A10G", 24.0), ("A100", 40.0), ("A100", 80.0), ("T4G", 16.0), ("L40S", 48.0),
         ("V100", 16.0), ("V100", 32.0), ("H100", 80.0), ("L4", 24.0),
     ]  # fmt: skip
-    assert canonical_gpu("Radeon Pro V520", 8.0) is None
-    odd = [{"Name": "Radeon Pro V520", "Count": 1, "MemoryInfo": {"SizeInMiB": 8192}}]
-    assert parse_instance_type(_itype("g4ad.xlarge", odd), ["x86_64"]) is None
+    assert canonical_gpu("Radeon Pro V520", 8.0) == ("V520", 8.0)  # in the registry now
+    odd = [{"Name": "Gaudi HL-205", "Count": 1, "MemoryInfo": {"SizeInMiB": 32768}}]
+    assert canonical_gpu("Gaudi HL-205", 32.0) is None
+    assert parse_instance_type(_itype("dl1.24xlarge", odd), ["x86_64"]) is None
 
 
 def _itype(name, gpus, arch="x86_64"):
