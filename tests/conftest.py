@@ -17,3 +17,28 @@ def _private_state(
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.delenv("SPOTWISE_CONFIG", raising=False)
     return home
+
+
+# Real processes, torchrun, campaigns and long property runs: `./dev test -m "not slow"`
+# leaves them out for day-to-day work; CI runs everything.
+SLOW = (
+    "tests/test_e2e_local.py",
+    "tests/test_demo.py",
+    "tests/test_campaign.py",
+    "tests/trainer/",
+    "tests/providers/test_local_processes.py",
+    "tests/providers/test_local_robustness.py",
+    "tests/scheduler/test_budget_property.py",
+    "tests/scheduler/test_bench_daemon.py",
+    "tests/test_fuzz.py",
+    "tests/replay/test_bench.py",
+    "tests/replay/test_adrs.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(str(config.rootpath))
+    for item in items:
+        rel = Path(str(item.fspath)).relative_to(root).as_posix()
+        if rel.startswith(SLOW) or "daemon" in rel.rsplit("/", 1)[-1]:
+            item.add_marker(pytest.mark.slow)

@@ -7,6 +7,7 @@ fixture to HARNESSES.
 
 from __future__ import annotations
 
+import importlib
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -63,41 +64,13 @@ def _local_harness(tmp_path: Path) -> Harness:
 HARNESSES = {"fake": _fake_harness, "local": _local_harness}
 
 
-def _aws_available() -> bool:
+# Cloud adapters register their harness when their test package is importable.
+for _cloud in ("aws", "gcp", "azure"):
     try:
-        import tests.providers.aws.harness  # noqa: F401
+        _module = importlib.import_module(f"tests.providers.{_cloud}.harness")
     except ImportError:
-        return False
-    return True
-
-
-if _aws_available():
-    from tests.providers.aws.harness import aws_harness
-
-    HARNESSES["aws"] = aws_harness
-
-
-def _azure_available() -> bool:
-    try:
-        import tests.providers.azure.harness  # noqa: F401
-
-def _gcp_available() -> bool:
-    try:
-        import tests.providers.gcp.harness  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-if _azure_available():
-    from tests.providers.azure.harness import azure_harness
-
-    HARNESSES["azure"] = azure_harness
-
-if _gcp_available():
-    from tests.providers.gcp.harness import gcp_harness
-
-    HARNESSES["gcp"] = gcp_harness
+        continue
+    HARNESSES[_cloud] = getattr(_module, f"{_cloud}_harness")
 
 
 @pytest.fixture(params=sorted(HARNESSES))
