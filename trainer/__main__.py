@@ -15,14 +15,17 @@ from trainer.preemption import SIGTERM
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, train, return the exit code (0 done, 75 preempted, 2 usage error)."""
+    SIGTERM.received = False
+    SIGTERM.install()  # first: a SIGTERM during start-up must still mean "exit 75"
     argv = list(sys.argv[1:] if argv is None else argv)
     nproc, argv = _pop_nproc(argv)
     if nproc is not None and "LOCAL_RANK" not in os.environ:
         from trainer.launch import launch
 
-        return launch(nproc, argv)
-    SIGTERM.received = False
-    SIGTERM.install()
+        try:  # launch() replaces our handler with its forwarding one before spawning
+            return launch(nproc, argv, already_signalled=SIGTERM.received)
+        finally:
+            SIGTERM.uninstall()
     try:
         cfg = parse_args(argv)
         from trainer.train import run  # torch import only once the command line is valid

@@ -33,7 +33,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainer.contract import LATEST
 from trainer.distributed import DistInfo
+from trainer.fence import Fence
 from trainer.storage import METADATA, Store
 
 log = logging.getLogger("trainer.checkpoint")
@@ -41,7 +43,6 @@ log = logging.getLogger("trainer.checkpoint")
 # One plain process saving is intended, not a misconfiguration.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
 
-LATEST = "latest"
 RNG_KEY = "rng_rank"
 """Per-rank RNG lives under rng_rank<i>: DCP deduplicates plain values saved under one key."""
 
@@ -88,8 +89,10 @@ class CheckpointManager:
         on_durable: Callable[[int], None] | None = None,
         kill_in_save_at_step: int = 0,
         overlap_staging: bool = True,
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
+        self.fence = fence
         self.info = info
         self.keep = keep
         self.on_durable = on_durable
@@ -214,6 +217,8 @@ class CheckpointManager:
                 dist.barrier(group=self._group)
             if self.info.rank == 0:
                 self.store.upload(step, [local / METADATA])
+        if self.info.rank == 0 and self.fence is not None and self.fence.check():
+            return  # a newer attempt owns the store: never move its `latest`
         if self.info.rank == 0:
             if self.kill_in_save_at_step == step:
                 log.warning("debug: SIGKILL after writing step-%d, before `latest`", step)

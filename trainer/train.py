@@ -15,14 +15,16 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import EXIT_OK, EXIT_PREEMPTED, distributed, rng
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, distributed, rng
 from trainer.amp import Precision
 from trainer.checkpoint import RNG_KEY, CheckpointManager, ModelOptimState
 from trainer.config import ConfigError, TrainerConfig, env_or
+from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.data import TextData
+from trainer.fence import Fence
 from trainer.model import CharTransformer
 from trainer.preemption import SIGTERM, Watcher, make_watcher
-from trainer.progress import DONE, Progress
+from trainer.progress import Progress
 from trainer.storage import open_store
 
 log = logging.getLogger("trainer")
@@ -65,11 +67,12 @@ class Trainer:
                 f"training.global_batch_size={t.global_batch_size} is not divisible by "
                 f"the world size {self.info.world_size}"
             )
-        uri = env_or(cfg.checkpoint.uri, "SPOTWISE_CHECKPOINT_URI", "checkpoints")
+        uri = env_or(cfg.checkpoint.uri, ENV_CHECKPOINT_URI, "checkpoints")
         try:
             self.store = open_store(uri, cfg.checkpoint.staging_dir)
         except ValueError as e:
-            raise ConfigError(str(e)) from None
+            raise ConfigError(f"checkpoint.uri: {e}") from None
+        self.fence = Fence(self.store)
         try:
             self.data = TextData(cfg.data, cfg.model.seq_len, t.seed)
         except (OSError, ValueError) as e:
@@ -95,6 +98,7 @@ class Trainer:
             t.steps,
             self.info.world_size,
             cfg.checkpoint.progress_interval_seconds,
+            self.fence,
         )
         self.ckpt = CheckpointManager(
             self.store,
@@ -103,6 +107,7 @@ class Trainer:
             self.progress.checkpointed,
             cfg.debug.kill_in_save_at_step,
             cfg.checkpoint.overlap_staging,
+            self.fence,
         )
         self.sigterm = SIGTERM
         self.watcher: Watcher = (
@@ -183,8 +188,15 @@ class Trainer:
         self.samples += t.global_batch_size
         return loss.detach()
 
+    def _fenced(self) -> bool:
+        """All ranks agree whether rank 0 saw a newer owner (reads owner.json on rank 0)."""
+        mine = self.fence.check() if self.info.rank == 0 else False
+        return distributed.sum_across([float(mine)], self.info)[0] > 0
+
     def run(self) -> int:
         cfg, info = self.cfg, self.info
+        if self._fenced():
+            return EXIT_FENCED
         if self.store.read_text(DONE) is not None:
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             return EXIT_OK
@@ -192,6 +204,19 @@ class Trainer:
         self.sigterm.install()
         self.watcher.start()
         total = cfg.training.steps
+        early = self.sigterm.received or self.watcher.seen
+        if distributed.sum_across([float(early)], info)[0] > 0:
+            # A notice during start-up: nothing ran since `latest` (or nothing at all), so
+            # "start me again" loses nothing; skip a save that might not fit the notice.
+            self.progress.update(
+                force=True,
+                step=self.step,
+                samples=self.samples,
+                state="preempted",
+                last_checkpoint_step=self.ckpt.last_durable_step,
+            )
+            log.warning("notice during start-up at step %d: exit %d", self.step, EXIT_PREEMPTED)
+            return EXIT_PREEMPTED
         self.progress.update(
             force=True,
             step=self.step,
@@ -217,7 +242,12 @@ class Trainer:
                 )
                 notice = self.sigterm.received or self.watcher.seen
                 # One all-reduce per step: every rank agrees on notice, timer and loss.
-                flags = distributed.sum_across([float(notice), loss.item(), float(timer_due)], info)
+                fenced = self.fence.tripped  # set on rank 0 by a save's `latest` check
+                flags = distributed.sum_across(
+                    [float(notice), loss.item(), float(timer_due), float(fenced)], info
+                )
+                if flags[3] > 0:
+                    return self._fenced_exit()
                 mean_loss = flags[1] / info.world_size
                 self.last_loss = mean_loss
                 if metrics is not None:
@@ -246,6 +276,11 @@ class Trainer:
             if metrics is not None:
                 metrics.close()
 
+    def _fenced_exit(self) -> int:
+        self.ckpt.wait()
+        log.info("stopped at step %d by the owner fence", self.step)
+        return EXIT_FENCED
+
     def _finish(self, preempted: bool) -> int:
         """Final synchronous save (after any in-flight one), progress, DONE or exit 75."""
         t0 = time.perf_counter()
@@ -253,6 +288,8 @@ class Trainer:
         if self.ckpt.last_saved_step != self.step:
             self.ckpt.save(self.step, self.state(), async_save=False)
         self.ckpt.wait()
+        if self._fenced():
+            return self._fenced_exit()
         self.progress.update(
             force=True,
             step=self.step,
