@@ -119,6 +119,8 @@ class Trainer:
         self.model = distributed.wrap(model, info, par.mode)
         self.comm = CommHook("none")
         if info.enabled and par.mode == "ddp":
+            if par.comm_hook == "powersgd":
+                self._settle_buckets()
             self.comm = register_comm_hook(
                 self.model, par.comm_hook, par.powersgd_rank, par.powersgd_start_iter, t.seed
             )
@@ -163,6 +165,22 @@ class Trainer:
         self.watcher: Watcher = (
             make_watcher(cfg.preemption) if info.local_rank == 0 else Watcher(1.0)
         )
+
+    def _settle_buckets(self) -> None:
+        """One throw-away forward/backward (eval mode, RNG restored, grads dropped) so DDP
+        re-buckets now, before PowerSGD is attached.
+
+        DDP rebuilds its gradient buckets after a process's first iteration. Without this, a
+        resumed process would run its first step on the initial layout while the run it
+        continues used the rebuilt one, and PowerSGD's per-bucket error feedback would be
+        applied to the wrong elements (a resume that is close, not exact).
+        """
+        saved = rng.capture()
+        self.model.eval()
+        batch = torch.utils.data.default_collate([self.dataset[0]])
+        compute_loss(self.model, to_device(batch, self.info.device)).backward()
+        self.model.zero_grad(set_to_none=True)
+        rng.restore(saved)
 
     def _durable(self, step: int) -> None:
         self.progress.update(
