@@ -82,3 +82,20 @@ def test_shipped_jobs_keep_exit_75_and_name_real_configs() -> None:
         parse_args(["--config", config])  # a bundled name or path that exists and parses
         local = "local market" in text
         assert local or "NEEDS A REAL CLOUD" in text, f"{job}: say where it runs"
+
+
+def test_help_lists_every_option_with_choices_and_default() -> None:
+    import dataclasses
+
+    from trainer.config import _sections, build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "--training.precision fp32|bf16|fp16" in text
+    assert "--precision fp32|bf16|fp16" in text  # the alias too
+    assert 'fp32 | bf16 | fp16 (fp16 uses a GradScaler). (default: "fp32")' in text
+    assert "--training.activation_checkpointing none|full|selective" in text
+    assert "--parallelism.comm_hook none|fp16|bf16|powersgd" in text
+    for section, typ in _sections().items():
+        for f in dataclasses.fields(typ):
+            assert f"--{section}.{f.name} " in text, f.name
+    assert text.count("(default: ") >= sum(len(dataclasses.fields(t)) for t in _sections().values())

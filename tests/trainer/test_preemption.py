@@ -149,3 +149,48 @@ def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> No
         assert (ckpt / f"step-{doc['step']}" / ".metadata").is_file()
         assert not (ckpt / "DONE").exists()
     assert azure.acknowledged == [azure.event_id]  # after the checkpoint, before exit
+
+
+def test_notices_carry_deadlines() -> None:
+    from datetime import UTC, datetime
+
+    from trainer.preemption import DEFAULT_NOTICE_SECONDS, Notice, parse_time
+
+    t = datetime(2026, 11, 29, 15, tzinfo=UTC).timestamp()
+
+    assert parse_time("2026-11-29T15:00:00Z") == t
+    assert parse_time("Sun, 29 Nov 2026 15:00:00 GMT") == t  # Azure NotBefore
+    assert parse_time("soon") is None and parse_time(None) is None
+    n = Notice.at("aws", "terminate", "2026-11-29T15:00:00Z")
+    assert n.deadline == t and n.seconds_left(now=t - 10) == 10.0
+    n = Notice.at("gcp", "preempted")  # no time given: about 30 s
+    assert n.deadline == pytest.approx(n.seen_at + DEFAULT_NOTICE_SECONDS)
+    assert Notice("sigterm").seconds_left() is None
+
+
+def test_file_watcher_reads_the_notice_time(tmp_path: Path) -> None:
+    notice = tmp_path / "n.json"
+    notice.write_text('{"action": "terminate", "time": "2026-11-29T15:00:30+00:00"}')
+    from datetime import UTC, datetime
+
+    found = FileWatcher(notice, 0.01).check()
+    assert found is not None
+    assert found.deadline == datetime(2026, 11, 29, 15, 0, 30, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("left", "save_s", "inflight", "plan", "fits"),
+    [
+        (None, 5.0, None, "save", True),  # unknown deadline (bare SIGTERM)
+        (30.0, None, None, "save", True),  # no save measured yet
+        (30.0, 10.0, None, "save", True),
+        (30.0, 40.0, None, "save", False),  # nothing better to do: try, and say so
+        (30.0, 10.0, 15.0, "save", True),  # in-flight then a fresh save both fit
+        (30.0, 20.0, 15.0, "wait-only", False),  # keep the in-flight one, skip a fresh one
+        (30.0, 50.0, 45.0, "abandon", False),  # not even the in-flight one fits
+    ],
+)
+def test_final_save_plan_against_the_deadline(left, save_s, inflight, plan, fits) -> None:
+    from trainer.checkpoint import final_save_plan
+
+    assert final_save_plan(left, save_s, inflight) == (plan, fits)
