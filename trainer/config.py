@@ -189,6 +189,10 @@ class TrainerConfig:
         _check(t.micro_batch_size >= 0, "training.micro_batch_size must be >= 0")
         _check(self.data.num_workers >= 0, "data.num_workers must be >= 0")
         _check(self.parallelism.powersgd_rank >= 1, "parallelism.powersgd_rank must be >= 1")
+        _check(
+            self.parallelism.powersgd_start_iter >= 2,
+            "parallelism.powersgd_start_iter must be >= 2 (error feedback needs two plain steps)",
+        )
         for what in ("model", "data"):
             factory = getattr(self, what).factory
             _check(

@@ -109,6 +109,10 @@ def register_comm_hook(
 
     if name == "none":
         return CommHook(name)
+    if name == "bf16" and not torch.cuda.is_available():
+        from trainer.config import ConfigError
+
+        raise ConfigError("parallelism.comm_hook = bf16 needs NCCL (CUDA); use fp16 on gloo/CPU")
     if name in ("fp16", "bf16"):
         hook = (
             default_hooks.fp16_compress_hook if name == "fp16" else default_hooks.bf16_compress_hook
