@@ -35,7 +35,13 @@ def exit_status(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def launch(nproc: int, trainer_argv: list[str], already_signalled: bool = False) -> int:
+def launch(
+    nproc: int,
+    trainer_argv: list[str],
+    already_signalled: bool = False,
+    target: tuple[str, ...] = ("-m", "trainer"),
+) -> int:
+    """Run ``target trainer_argv`` on ``nproc`` ranks under torchrun; return rank 0's code."""
     received: list[int] = [signal.SIGTERM] if already_signalled else []
     child: subprocess.Popen[bytes] | None = None
 
@@ -58,8 +64,7 @@ def launch(nproc: int, trainer_argv: list[str], already_signalled: bool = False)
             "--rdzv-backend=c10d",
             "--rdzv-endpoint=localhost:0",
             f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
-            "-m",
-            "trainer",
+            *target,
             *trainer_argv,
         ]
         env = dict(os.environ, **{EXIT_FILE_ENV: exit_file})
@@ -82,3 +87,25 @@ def record_exit(code: int) -> None:
     path = os.environ.get(EXIT_FILE_ENV)
     if path and os.environ.get("RANK", "0") == "0":
         Path(path).write_text(f"{code}\n")
+
+
+USAGE = "python -m trainer.launch --nproc-per-node N (-m MODULE | SCRIPT) [ARGS...]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Launch your own script (one using ``Preemptible``) keeping 75, as ``-m trainer`` does."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nproc: int | None = None
+    if argv and argv[0].startswith("--nproc-per-node"):
+        value = argv[0].split("=", 1)[1] if "=" in argv[0] else (argv[1] if len(argv) > 1 else "")
+        argv = argv[1:] if "=" in argv[0] else argv[2:]
+        nproc = int(value) if value.isdigit() and int(value) > 0 else None
+    if nproc is None or not argv or (argv[0] == "-m" and len(argv) < 2):
+        print(f"usage: {USAGE}", file=sys.stderr)
+        return 2
+    target = tuple(argv[:2]) if argv[0] == "-m" else (argv[0],)
+    return launch(nproc, argv[len(target) :], target=target)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,8 @@ per-rank RNG (python, numpy, torch, this rank's CUDA device) is saved and restor
 loop whose data depends only on the step resumes bit-exactly. It is the same machinery as
 ``python -m trainer``: the store and atomic ``latest`` (local, file:// or s3://),
 ``progress.json`` and ``DONE``, the notice watchers of $SPOTWISE_CLOUD plus SIGTERM, the
-owner fence (exit 76) and the notice deadline.
+owner fence (exit 76) and the notice deadline. On several GPUs, launch the script with
+``python -m trainer.launch --nproc-per-node N script.py`` (plain torchrun turns 75 into 1).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ def _run(args: list[str], e: dict[str, str]) -> subprocess.CompletedProcess[str]
     )
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(300)
 def test_own_loop_notice_exit_75_and_exact_resume(tmp_path: Path) -> None:
     notice = tmp_path / "notice.json"
     ref = tmp_path / "ref"
@@ -79,3 +79,28 @@ def test_own_loop_notice_exit_75_and_exact_resume(tmp_path: Path) -> None:
     out = _run([], _env(fenced, notice, SPOTWISE_ATTEMPT="8"))
     assert out.returncode == EXIT_FENCED and "fenced: " in out.stderr
     assert sorted(p.name for p in fenced.iterdir()) == [contract.OWNER]
+
+
+@pytest.mark.timeout(200)
+def test_own_loop_on_two_ranks_keeps_75_through_the_launcher(tmp_path: Path) -> None:
+    notice = tmp_path / "notice.json"
+    ckpt = tmp_path / "c"
+    e = _env(ckpt, notice)
+    cmd = [sys.executable, "-m", "trainer.launch", "--nproc-per-node", "2",
+           "-m", "trainer.examples.own_loop", "--steps", "300", "--step-delay", "0.1"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, env=e, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        path = ckpt / contract.PROGRESS
+        while not (path.exists() and json.loads(path.read_text())["step"] >= 1):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)  # waiting on real processes
+        notice.write_text('{"action": "terminate"}')
+        _, err = proc.communicate(timeout=100)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err[-3000:]
+    doc = progress(ckpt)
+    assert doc["state"] == "preempted" and doc["world_size"] == 2
+    assert (ckpt / "latest").read_text().strip() == f"step-{doc['step']}"

@@ -71,3 +71,27 @@ def test_comm_hooks_and_powersgd_state_resume_exactly(tmp_path: Path) -> None:
     plain_l = losses(plain.with_suffix(".jsonl"))
     assert ref_l[:2] == plain_l[:2] and ref_l[3:] != plain_l[3:]  # compressed from step 3
     assert losses(fp16.with_suffix(".jsonl")) == pytest.approx(plain_l, rel=5e-2)
+
+
+def test_ddp_stages_the_replicated_state_on_one_rank_only() -> None:
+    """Under DDP the model/optimizer are replicas: only rank 0 hands them to DCP (and so
+    stages a host copy); every rank still saves its own RNG (and PowerSGD state)."""
+    from trainer.distributed import DistInfo
+    from trainer.parallel import CommHook
+    from trainer.train import Trainer
+
+    def state_keys(rank: int, one_replica: bool) -> set[str]:
+        t = object.__new__(Trainer)
+        t.info = DistInfo(rank, 2, rank, torch.device("cpu"), False)
+        t.one_replica = one_replica
+        t.model = torch.nn.Linear(2, 2)
+        t.optimizer = torch.optim.SGD(t.model.parameters(), lr=0.1)
+        t.scheduler = torch.optim.lr_scheduler.LambdaLR(t.optimizer, lambda s: 1.0)
+        t.step = t.samples = 0
+        t.precision = type("P", (), {"state_dict": lambda self: {}})()
+        t.comm = CommHook("none")
+        return set(t.state())
+
+    assert state_keys(0, True) == {"app", "extra", "rng_rank0"}
+    assert state_keys(1, True) == {"rng_rank1"}
+    assert state_keys(1, False) == {"app", "extra", "rng_rank1"}
