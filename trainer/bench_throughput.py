@@ -168,7 +168,7 @@ def comm_hook_figures(cfg: TrainerConfig, hook: str, steps: int) -> tuple[float,
     for _ in range(4):  # DDP re-buckets after its first iteration; PowerSGD starts at 2
         step()
     with count_all_reduce() as counter:
-        rate = _rate(step, steps, warmup=0)
+        rate = _rate(step, steps, warmup=0, repeats=1)
     return counter[0] / steps, rate
 
 
