@@ -89,8 +89,16 @@ def test_launch_signalled_before_spawn_is_preempted_without_running() -> None:
     assert time.monotonic() - t0 < 1  # torchrun was never started
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """The process has a SIGTERM handler installed (Linux /proc: SigCgt bit 15)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+    return False
+
+
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("delay", [0.4, 2.0])
+@pytest.mark.parametrize("delay", [0.0, 2.0])
 def test_launcher_sigterm_during_startup_exits_75(tmp_path: Path, delay: float) -> None:
     """SIGTERM while torchrun/the workers are still starting: 75, not torchrun's 1 or -15."""
     proc = subprocess.Popen(
@@ -102,7 +110,11 @@ def test_launcher_sigterm_during_startup_exits_75(tmp_path: Path, delay: float) 
         text=True,
     )
     try:
-        time.sleep(delay)  # the launcher is up (its imports are stdlib); torchrun is not ready
+        deadline = time.monotonic() + 30
+        while not _catches_sigterm(proc.pid):  # the interpreter itself is up
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.005)
+        time.sleep(delay)  # 0: before torchrun is even spawned; 2: torchrun/workers starting
         assert proc.poll() is None
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=100)
