@@ -194,3 +194,37 @@ def test_final_save_plan_against_the_deadline(left, save_s, inflight, plan, fits
     from trainer.checkpoint import final_save_plan
 
     assert final_save_plan(left, save_s, inflight) == (plan, fits)
+
+
+@pytest.mark.timeout(120)
+def test_a_save_that_cannot_fit_the_notice_is_reported(tmp_path: Path) -> None:
+    """The notice's deadline has already passed: the trainer still saves (nothing better to
+    do) and says so in the log and in progress.json."""
+    ckpt, notice = tmp_path / "c", tmp_path / "notice.json"
+    argv = tiny_args(
+        ckpt,
+        training__steps=100_000,
+        checkpoint__interval_steps=2,
+        preemption__cloud="local",
+        preemption__poll_interval_seconds=0.02,
+        training__step_delay_seconds=0.05,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *argv],
+        cwd=REPO,
+        env=env(SPOTWISE_NOTICE_FILE=str(notice)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait(lambda: (ckpt / "latest").exists(), timeout=90)  # one save measured
+        notice.write_text(json.dumps({"action": "terminate", "time": "2020-01-01T00:00:00Z"}))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    doc = progress(ckpt)
+    assert doc["save_fits_notice"] is False and doc["notice_seconds_left"] < 0
+    assert doc["last_save_seconds"] > 0 and doc["last_checkpoint_step"] == doc["step"]
+    assert "saving anyway, it may not finish" in err
