@@ -15,5 +15,17 @@ EXIT_USAGE = 2
 """Bad configuration or command line (one clear message, no traceback)."""
 EXIT_PREEMPTED = 75
 """Preempted: a durable checkpoint was written; start the same command again to resume."""
+EXIT_FENCED = 76
+"""A newer attempt owns the checkpoint store (``owner.json``); this one stopped untouched."""
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_PREEMPTED", "EXIT_USAGE"]
+__all__ = ["EXIT_FAILED", "EXIT_FENCED", "EXIT_OK", "EXIT_PREEMPTED", "EXIT_USAGE", "Preemptible"]
+
+
+def __getattr__(name: str) -> object:
+    """``from trainer import Preemptible`` imports torch only then: the scheduler imports
+    ``trainer.contract`` on hosts without torch."""
+    if name == "Preemptible":
+        from trainer.preemptible import Preemptible
+
+        return Preemptible
+    raise AttributeError(f"module 'trainer' has no attribute {name!r}")

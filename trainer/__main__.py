@@ -5,24 +5,35 @@ Runs as one plain process, under torchrun, or (with --nproc-per-node) launches t
 
 from __future__ import annotations
 
-import os
-import sys
+import signal
 
-from trainer import EXIT_USAGE
-from trainer.config import ConfigError, parse_args
-from trainer.preemption import SIGTERM
+_EARLY: list[int] = []
+# Before the heavier imports below: a SIGTERM in the first milliseconds is remembered (and
+# becomes exit 75) instead of killing the process with the default action.
+signal.signal(signal.SIGTERM, lambda signum, frame: _EARLY.append(signum))
+
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from trainer import EXIT_USAGE  # noqa: E402
+from trainer.config import ConfigError, parse_args  # noqa: E402
+from trainer.preemption import SIGTERM  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     """Parse, train, return the exit code (0 done, 75 preempted, 2 usage error)."""
+    SIGTERM.install()  # first: a SIGTERM during start-up must still mean "exit 75"
+    SIGTERM.received = bool(_EARLY)
+    _EARLY.clear()
     argv = list(sys.argv[1:] if argv is None else argv)
     nproc, argv = _pop_nproc(argv)
     if nproc is not None and "LOCAL_RANK" not in os.environ:
         from trainer.launch import launch
 
-        return launch(nproc, argv)
-    SIGTERM.received = False
-    SIGTERM.install()
+        try:  # launch() replaces our handler with its forwarding one before spawning
+            return launch(nproc, argv, already_signalled=SIGTERM.received)
+        finally:
+            SIGTERM.uninstall()
     try:
         cfg = parse_args(argv)
         from trainer.train import run  # torch import only once the command line is valid

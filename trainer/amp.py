@@ -62,3 +62,17 @@ class Precision:
     def load_state_dict(self, state: dict) -> None:
         if self.scaler is not None and state:
             self.scaler.load_state_dict(state)
+
+
+def bf16_warning(precision: str, device: torch.device) -> str | None:
+    """Why bf16 is a poor choice on this GPU (compute capability < 8.0: V100, T4), or None."""
+    if precision != "bf16" or device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return None
+    name = torch.cuda.get_device_name(device)
+    return (
+        f"--precision bf16 on {name} (compute capability {major}.{minor} < 8.0): no native "
+        "bf16 math, it is emulated and slow; use --precision fp16 (loss scaling included)"
+    )

@@ -1,5 +1,7 @@
-"""Checkpoint benchmark: ``python -m trainer.bench [--size-gb 1.0] [--dir PATH]``.
+"""Benchmark: ``python -m trainer.bench [--only all|checkpoint|throughput] [--size-gb 1.0]``.
 
+Throughput (``trainer/bench_throughput.py``): the trainer against a bare loop and each
+technique on/off. Checkpoints (below):
 Measures, on one disk and in one run, the trainer's own checkpoint path against a baseline:
 raw write bandwidth (write + fsync of the same number of bytes), sync save, async save's
 blocking time, load time, and the time from an interruption notice to a durable checkpoint
@@ -101,7 +103,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--size-gb", type=float, default=1.0, help="checkpoint state size (GB)")
     ap.add_argument("--dir", type=Path, default=None, help="disk to test (default: temp dir)")
     ap.add_argument("--repeats", type=int, default=3, help="repetitions; medians are shown")
+    ap.add_argument(
+        "--only", choices=("all", "checkpoint", "throughput"), default="all",
+        help="which tables to print (default: all)",
+    )  # fmt: skip
+    ap.add_argument("--steps", type=int, default=20, help="throughput: timed steps per row")
+    ap.add_argument(
+        "--model", default="128,4,128,16", help="throughput: d_model,layers,seq_len,batch"
+    )
     args = ap.parse_args(argv)
+    if args.only in ("all", "throughput"):
+        from trainer.bench_throughput import run
+
+        d_model, layers, seq, batch = (int(v) for v in args.model.split(","))
+        run(args.steps, d_model, layers, seq, batch)
+    if args.only == "throughput":
+        return
 
     base = Path(tempfile.mkdtemp(prefix="spotwise-bench-", dir=args.dir))
     try:

@@ -33,7 +33,9 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.checkpoint.stateful import Stateful
 
+from trainer.contract import LATEST
 from trainer.distributed import DistInfo
+from trainer.fence import Fence
 from trainer.storage import METADATA, Store
 
 log = logging.getLogger("trainer.checkpoint")
@@ -41,7 +43,6 @@ log = logging.getLogger("trainer.checkpoint")
 # One plain process saving is intended, not a misconfiguration.
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable")
 
-LATEST = "latest"
 RNG_KEY = "rng_rank"
 """Per-rank RNG lives under rng_rank<i>: DCP deduplicates plain values saved under one key."""
 
@@ -67,6 +68,63 @@ class ModelOptimState(Stateful):
         )
 
 
+class EventStager(DefaultStager):
+    """Async staging that waits for the compute stream explicitly, on a CUDA event.
+
+    The event is recorded on the training thread when the save starts (after the optimizer
+    step was enqueued); the staging thread waits for it before copying, so the copy never
+    races the step's kernels and the training thread never blocks on the device for it.
+    """
+
+    def stage(self, state_dict: Any, **kwargs: Any) -> Any:
+        event = torch.cuda.Event()
+        event.record()
+        self._compute_done = event
+        return super().stage(state_dict, **kwargs)
+
+    def _stage(self, state_dict: Any, **kwargs: Any) -> Any:
+        event = getattr(self, "_compute_done", None)
+        if event is not None:
+            event.synchronize()  # on the staging thread: the compute stream reached the save
+        return super()._stage(state_dict, **kwargs)
+
+
+def make_stager(overlap: bool) -> DefaultStager:
+    """Pinned memory and an event-synchronized copy with CUDA; plain copies on CPU."""
+    accel = torch.cuda.is_available()
+    options = StagingOptions(
+        use_pinned_memory=accel,
+        use_shared_memory=False,
+        use_async_staging=overlap,
+        use_non_blocking_copy=accel,
+    )
+    return EventStager(options) if accel else DefaultStager(options)
+
+
+PLANS = ("save", "wait-only", "abandon")
+
+
+def final_save_plan(
+    seconds_left: float | None, save_seconds: float | None, inflight_left: float | None
+) -> tuple[str, bool]:
+    """What to do on a notice: ("save" | "wait-only" | "abandon", fits the deadline?).
+
+    ``save``: wait for any in-flight save, then save the current step. ``wait-only``: the
+    in-flight save fits but a fresh one after it would not: keep that (older) step.
+    ``abandon``: not even the in-flight save can finish in time: exit on the last durable
+    checkpoint at once rather than die mid-write. Unknown deadline or history: ``save``.
+    """
+    if seconds_left is None or save_seconds is None:
+        return "save", True
+    if inflight_left is None:
+        return "save", save_seconds <= seconds_left
+    if inflight_left + save_seconds <= seconds_left:
+        return "save", True
+    if inflight_left <= seconds_left:
+        return "wait-only", False
+    return "abandon", False
+
+
 def parse_latest(text: str | None) -> int | None:
     """``latest`` holds one line ``step-<N>``."""
     if not text:
@@ -88,8 +146,10 @@ class CheckpointManager:
         on_durable: Callable[[int], None] | None = None,
         kill_in_save_at_step: int = 0,
         overlap_staging: bool = True,
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
+        self.fence = fence
         self.info = info
         self.keep = keep
         self.on_durable = on_durable
@@ -103,6 +163,12 @@ class CheckpointManager:
         self._error: BaseException | None = None
         self._stager: DefaultStager | None = None
         self._group: dist.ProcessGroup | None = None
+        self._started = 0.0
+        self.last_save_seconds: float | None = None
+        """Start of the last completed save until durable (``latest`` moved)."""
+        self.saved_keys: set[str] = set()
+        """Top-level keys of the checkpoint being loaded (set before ``build_state``)."""
+        self._abandoned = False
         if info.enabled:
             # Background saves run collectives; a separate gloo group keeps them from
             # interleaving with the training group's (possibly NCCL) collectives.
@@ -134,6 +200,7 @@ class CheckpointManager:
     def save(self, step: int, state: dict[str, Any], async_save: bool = False) -> None:
         """Checkpoint ``state`` as ``step-<step>``; async returns after staging to CPU."""
         self.wait()
+        self._started = time.perf_counter()
         self._prepare(step)
         self.last_saved_step = step
         ckpt_dir = str(self.store.local_dir(step))
@@ -142,15 +209,7 @@ class CheckpointManager:
             self._finalize(step)
             return
         if self._stager is None:
-            accel = torch.cuda.is_available()
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=accel,
-                    use_shared_memory=False,
-                    use_async_staging=self.overlap_staging,
-                    use_non_blocking_copy=accel,
-                )
-            )
+            self._stager = make_stager(self.overlap_staging)
         fut = dcp.async_save(
             state, checkpoint_id=ckpt_dir, process_group=self._group, async_stager=self._stager
         )
@@ -190,6 +249,19 @@ class CheckpointManager:
     def in_flight(self) -> bool:
         return self._pending is not None and self._pending.is_alive()
 
+    def inflight_left(self) -> float | None:
+        """Estimated seconds until the in-flight save is durable (None: none in flight)."""
+        if not self.in_flight:
+            return None
+        typical = self.last_save_seconds or 0.0
+        return max(0.0, self._started + typical - time.perf_counter())
+
+    def abandon(self) -> None:
+        """Leave an in-flight save behind (its `latest` move may never happen) and exit."""
+        self._pending = None
+        self._staging = None
+        self._abandoned = True
+
     def _prepare(self, step: int) -> None:
         """Remove a stale (crashed) copy of this step so DCP never mixes old and new files."""
         if self.info.rank == 0:
@@ -214,6 +286,8 @@ class CheckpointManager:
                 dist.barrier(group=self._group)
             if self.info.rank == 0:
                 self.store.upload(step, [local / METADATA])
+        if self.info.rank == 0 and self.fence is not None and self.fence.check():
+            return  # a newer attempt owns the store: never move its `latest`
         if self.info.rank == 0:
             if self.kill_in_save_at_step == step:
                 log.warning("debug: SIGKILL after writing step-%d, before `latest`", step)
@@ -221,6 +295,7 @@ class CheckpointManager:
             self.store.write_text(LATEST, f"step-{step}\n")
             self._prune(step)
         self.last_durable_step = step
+        self.last_save_seconds = time.perf_counter() - self._started
         if not self.store.is_local and self.info.local_rank == 0:
             # Staging is scratch: the store holds the durable copy.
             shutil.rmtree(self.store.local_dir(step), ignore_errors=True)
@@ -251,6 +326,7 @@ class CheckpointManager:
         if self.info.enabled:
             dist.barrier(group=self._group)
         meta = dcp.FileSystemReader(str(local)).read_metadata()
+        self.saved_keys = {k.split(".")[0] for k in meta.state_dict_metadata}
         saved_world = len(
             {k.split(".")[0] for k in meta.state_dict_metadata if k.startswith(RNG_KEY)}
         )
@@ -265,6 +341,8 @@ class CheckpointManager:
         return state
 
     def close(self) -> None:
+        if self._abandoned:  # a background save still runs: do not tear its group down
+            return
         self.wait()
         if self._stager is not None:
             self._stager.close()

@@ -8,7 +8,11 @@ are errors that name the file/flag, so a typo never silently trains the wrong th
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import functools
+import itertools
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -22,8 +26,16 @@ class ConfigError(ValueError):
 
 @dataclass
 class ModelConfig:
-    """Character-level causal transformer (GPT-style, weight-tied head)."""
+    """The model: a factory ``pkg.module:function(cfg, dataset) -> nn.Module``.
 
+    The bundled factory builds a character-level causal transformer from the fields below;
+    a user factory reads whatever it needs (``options`` is a free-form table for it).
+    """
+
+    factory: str = "trainer.model:build"
+    """Import path ``pkg.module:function``; called as ``function(cfg, dataset)``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Free-form ``[model.options]`` table for the factory (a JSON object on the command line)."""
     d_model: int = 64
     n_layers: int = 2
     n_heads: int = 4
@@ -33,14 +45,28 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """Training text. ``synthetic`` is generated deterministically (no download)."""
+    """The dataset: a factory ``pkg.module:function(cfg) -> map-style Dataset``."""
 
+    factory: str = "trainer.data:build"
+    """Import path ``pkg.module:function``; called as ``function(cfg)``."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Free-form ``[data.options]`` table for the factory (a JSON object on the command line)."""
     source: str = "synthetic"
-    """``synthetic`` or a path to a UTF-8 text file (e.g. a Python stdlib source file)."""
+    """Bundled factory: ``synthetic``, a token file ``*.bin``, or a UTF-8 text file path."""
     synthetic_chars: int = 200_000
     """Length of the generated corpus."""
+    token_dtype: str = "uint16"
+    """Token file element type."""
+    vocab_size: int = 0
+    """Token file vocabulary size (required for .bin)."""
     epoch_samples: int = 0
-    """Windows per epoch; 0 means every non-overlapping window of the corpus."""
+    """Samples per epoch; 0 means the whole dataset."""
+    shuffle: bool = True
+    """A fresh permutation per epoch from (seed, epoch); false walks the dataset in order."""
+    num_workers: int = 2
+    """DataLoader worker processes (0: load in the training process)."""
+    prefetch_factor: int = 2
+    """Micro-batches each worker loads ahead."""
 
 
 @dataclass
@@ -49,6 +75,13 @@ class TrainingConfig:
     """Total optimizer steps."""
     global_batch_size: int = 16
     """Sequences per step summed over ranks; fixed across world sizes (see README resume rule)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward per rank; smaller than global/ranks means gradient
+    accumulation. 0: global_batch_size / ranks (no accumulation)."""
+    activation_checkpointing: str = "none"
+    """Recompute activations in backward: none | full (every block) | selective (every 2nd)."""
+    deterministic: bool = False
+    """use_deterministic_algorithms, no cuDNN autotuning (bitwise repeats on one GPU model)."""
     lr: float = 3e-3
     warmup_steps: int = 20
     weight_decay: float = 0.01
@@ -71,6 +104,12 @@ class TrainingConfig:
 class ParallelismConfig:
     mode: str = "ddp"
     """ddp | fsdp (FSDP2 ``fully_shard``). Ignored with one rank."""
+    comm_hook: str = "none"
+    """DDP gradient compression: none | fp16 | bf16 | powersgd."""
+    powersgd_rank: int = 1
+    """PowerSGD matrix approximation rank."""
+    powersgd_start_iter: int = 2
+    """PowerSGD: plain all-reduce for the first N steps (error feedback warm-up)."""
 
 
 @dataclass
@@ -94,6 +133,8 @@ class CheckpointConfig:
     """How often progress.json is refreshed between checkpoints."""
     load: bool = True
     """Resume from ``latest`` when present."""
+    stage_one_replica: bool = True
+    """DDP: only rank 0 stages/writes the replicated model and optimizer (no other host copy)."""
 
 
 @dataclass
@@ -139,22 +180,42 @@ class TrainerConfig:
     def validate(self) -> None:
         """Reject values that would fail later in a less obvious place."""
         t, m, c = self.training, self.model, self.checkpoint
-        _check(t.precision in ("fp32", "bf16", "fp16"), "training.precision must be fp32|bf16|fp16")
-        _check(t.device in ("auto", "cpu", "cuda"), "training.device must be auto|cpu|cuda")
-        _check(self.parallelism.mode in ("ddp", "fsdp"), "parallelism.mode must be ddp|fsdp")
+        for dotted, choices in CHOICES.items():
+            section, key = dotted.split(".")
+            value = getattr(getattr(self, section), key)
+            _check(value in choices, f"{dotted} must be {_choices(choices, empty=False)}")
         _check(t.steps >= 1, "training.steps must be >= 1")
         _check(t.global_batch_size >= 1, "training.global_batch_size must be >= 1")
+        _check(t.micro_batch_size >= 0, "training.micro_batch_size must be >= 0")
+        _check(self.data.num_workers >= 0, "data.num_workers must be >= 0")
+        _check(self.parallelism.powersgd_rank >= 1, "parallelism.powersgd_rank must be >= 1")
+        _check(
+            self.parallelism.powersgd_start_iter >= 2,
+            "parallelism.powersgd_start_iter must be >= 2 (error feedback needs two plain steps)",
+        )
+        for what in ("model", "data"):
+            factory = getattr(self, what).factory
+            _check(
+                factory.count(":") == 1 and all(factory.split(":")),
+                f"{what}.factory must look like 'pkg.module:function', got {factory!r}",
+            )
         _check(m.d_model % m.n_heads == 0, "model.d_model must be divisible by model.n_heads")
         _check(m.seq_len >= 2 and m.n_layers >= 1, "model.seq_len >= 2 and model.n_layers >= 1")
         _check(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
         _check(c.keep >= 1, "checkpoint.keep must be >= 1")
         _check(c.interval_steps >= 0, "checkpoint.interval_steps must be >= 0")
-        cloud = self.preemption.cloud
-        _check(
-            cloud in ("", "aws", "gcp", "azure", "local", "none"),
-            "preemption.cloud must be aws|gcp|azure|local|none",
-        )
 
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "training.precision": ("fp32", "bf16", "fp16"),
+    "training.device": ("auto", "cpu", "cuda"),
+    "training.activation_checkpointing": ("none", "full", "selective"),
+    "parallelism.mode": ("ddp", "fsdp"),
+    "parallelism.comm_hook": ("none", "fp16", "bf16", "powersgd"),
+    "preemption.cloud": ("", "aws", "gcp", "azure", "local", "none"),
+    "data.token_dtype": ("uint16", "uint32"),
+}
+"""Settings with a fixed set of values: validated, and listed by ``--help``."""
 
 ALIASES: dict[str, str] = {
     "--precision": "training.precision",
@@ -206,6 +267,15 @@ def _coerce(value: Any, typ: Any, where: str) -> Any:
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value
+    if typ == dict[str, Any]:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ConfigError(f"{where}: expected a JSON object, got {value!r}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return value
     if typ == list[int]:
         if isinstance(value, str):
             value = [v for v in value.split(",") if v.strip()]
@@ -255,19 +325,80 @@ def resolve_config_path(path: Path) -> Path:
     return path
 
 
-def parse_args(argv: list[str] | None = None) -> TrainerConfig:
-    """Build the config: defaults, then ``--config FILE``, then ``--section.key VALUE`` flags."""
+@functools.cache
+def field_docs() -> dict[str, str]:
+    """``section.key`` -> the docstring under the field in this file (for ``--help``)."""
+    tree = ast.parse(Path(__file__).read_text())
+    classes = {typ.__name__: section for section, typ in _sections().items()}
+    docs: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in classes:
+            body = node.body
+            for a, b in itertools.pairwise(body):
+                if (
+                    isinstance(a, ast.AnnAssign)
+                    and isinstance(a.target, ast.Name)
+                    and isinstance(b, ast.Expr)
+                    and isinstance(b.value, ast.Constant)
+                    and isinstance(b.value.value, str)
+                ):
+                    text = " ".join(b.value.value.split())
+                    docs[f"{classes[node.name]}.{a.target.id}"] = text
+    return docs
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return f.default
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Every setting as ``--section.key``, its help showing choices and default."""
     parser = argparse.ArgumentParser(
         prog="python -m trainer",
-        description="spotwise trainer. Any setting: --section.key VALUE (see trainer/README.md).",
+        description="spotwise trainer. Precedence: defaults < --config FILE.toml < flags. "
+        "`--nproc-per-node N` launches N ranks under torchrun and keeps exit code 75.",
+        epilog="Exit codes: 0 done, 75 preempted (resume me), 76 fenced, 2 usage, 1 error. "
+        "See trainer/README.md.",
     )
     parser.add_argument("--config", type=Path, help="TOML file, or a bundled config name (tiny)")
-    for alias, dotted in ALIASES.items():
-        parser.add_argument(alias, dest=f"alias:{dotted}", metavar="VALUE", help=f"= --{dotted}")
+    parser.add_argument(
+        "--nproc-per-node", metavar="N", help="launch N ranks under torchrun (keeps exit 75)"
+    )
+    docs = field_docs()
+    groups: dict[str, argparse._ArgumentGroup] = {}
     for section, typ in _sections().items():
+        group = groups[section] = parser.add_argument_group(f"[{section}]")
         for f in dataclasses.fields(typ):
-            parser.add_argument(f"--{section}.{f.name}", dest=f"set:{section}.{f.name}")
-    ns = parser.parse_args(argv)
+            dotted = f"{section}.{f.name}"
+            choices = CHOICES.get(dotted)
+            metavar = _choices(choices) if choices else _metavar(f.type)
+            text = docs.get(dotted, "")
+            help_text = f"{text} (default: {json.dumps(_default(f))})".strip()
+            group.add_argument(f"--{dotted}", dest=f"set:{dotted}", metavar=metavar, help=help_text)
+    aliases = parser.add_argument_group("aliases")
+    for alias, dotted in ALIASES.items():
+        choices = CHOICES.get(dotted)
+        metavar = _choices(choices) if choices else "VALUE"
+        aliases.add_argument(alias, dest=f"alias:{dotted}", metavar=metavar, help=f"= --{dotted}")
+    return parser
+
+
+def _choices(choices: tuple[str, ...], empty: bool = True) -> str:
+    return "|".join(c or '""' for c in choices if c or empty)
+
+
+def _metavar(typ: Any) -> str:
+    name = typ if isinstance(typ, str) else getattr(typ, "__name__", str(typ))
+    return {"int": "INT", "float": "NUM", "str": "STR", "bool": "true|false"}.get(
+        name, "JSON" if "dict" in name else "INT,INT" if "list" in name else "VALUE"
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> TrainerConfig:
+    """Build the config: defaults, then ``--config FILE``, then ``--section.key VALUE`` flags."""
+    ns = build_parser().parse_args(argv)
     cfg = TrainerConfig()
     if ns.config is not None:
         load_toml(cfg, resolve_config_path(ns.config))

@@ -5,6 +5,11 @@ and a SIGTERM it received as another failure. The scheduler needs to tell "preem
 me" from a crash, so this wrapper runs torchrun, forwards SIGTERM/SIGINT to it (torchrun
 forwards them to the workers), and returns the exit code rank 0 recorded in
 ``$SPOTWISE_TRAINER_EXIT_FILE`` when there is one.
+
+The handlers are installed *before* torchrun is spawned: a notice in the first seconds
+(torchrun or the workers still starting, no handler of theirs installed yet) must still end
+in 75. When a signal was forwarded and rank 0 recorded nothing, nothing ran past the last
+durable checkpoint that a restart would lose, so 75 ("start me again") is the honest code.
 """
 
 from __future__ import annotations
@@ -17,43 +22,64 @@ import tempfile
 from pathlib import Path
 from types import FrameType
 
+from trainer import EXIT_PREEMPTED
+
 EXIT_FILE_ENV = "SPOTWISE_TRAINER_EXIT_FILE"
 SHUTDOWN_TIMEOUT_S = 100
 """How long torchrun lets workers checkpoint after SIGTERM before SIGKILL (AWS gives 120 s)."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT)
 
 
-def launch(nproc: int, trainer_argv: list[str]) -> int:
-    fd, exit_file = tempfile.mkstemp(prefix="spotwise-exit-")
-    os.close(fd)
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        f"--nproc-per-node={nproc}",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=localhost:0",
-        f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
-        "-m",
-        "trainer",
-        *trainer_argv,
-    ]
-    env = dict(os.environ, **{EXIT_FILE_ENV: exit_file})
-    child = subprocess.Popen(cmd, env=env)
+def exit_status(rc: int) -> int:
+    """A Popen return code as a shell would report it (killed by signal N -> 128 + N)."""
+    return 128 - rc if rc < 0 else rc
+
+
+def launch(
+    nproc: int,
+    trainer_argv: list[str],
+    already_signalled: bool = False,
+    target: tuple[str, ...] = ("-m", "trainer"),
+) -> int:
+    """Run ``target trainer_argv`` on ``nproc`` ranks under torchrun; return rank 0's code."""
+    received: list[int] = [signal.SIGTERM] if already_signalled else []
+    child: subprocess.Popen[bytes] | None = None
 
     def forward(signum: int, frame: FrameType | None) -> None:
-        child.send_signal(signum)
+        received.append(signum)
+        if child is not None:
+            child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    fd, exit_file = tempfile.mkstemp(prefix="spotwise-exit-")
+    os.close(fd)
     try:
+        if received:  # a notice before anything started: nothing to lose, resume later
+            return EXIT_PREEMPTED
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc-per-node={nproc}",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:0",
+            f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
+            *target,
+            *trainer_argv,
+        ]
+        env = dict(os.environ, **{EXIT_FILE_ENV: exit_file})
+        child = subprocess.Popen(cmd, env=env)
+        if received:  # arrived while Popen ran: deliver it now
+            child.send_signal(received[-1])
         rc = child.wait()
+        recorded = Path(exit_file).read_text().strip()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    try:
-        recorded = Path(exit_file).read_text().strip()
-    finally:
         Path(exit_file).unlink(missing_ok=True)
-    return int(recorded) if recorded.isdigit() else rc
+    if recorded.isdigit():
+        return int(recorded)
+    return EXIT_PREEMPTED if received else exit_status(rc)
 
 
 def record_exit(code: int) -> None:
@@ -61,3 +87,25 @@ def record_exit(code: int) -> None:
     path = os.environ.get(EXIT_FILE_ENV)
     if path and os.environ.get("RANK", "0") == "0":
         Path(path).write_text(f"{code}\n")
+
+
+USAGE = "python -m trainer.launch --nproc-per-node N (-m MODULE | SCRIPT) [ARGS...]"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Launch your own script (one using ``Preemptible``) keeping 75, as ``-m trainer`` does."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    nproc: int | None = None
+    if argv and argv[0].startswith("--nproc-per-node"):
+        value = argv[0].split("=", 1)[1] if "=" in argv[0] else (argv[1] if len(argv) > 1 else "")
+        argv = argv[1:] if "=" in argv[0] else argv[2:]
+        nproc = int(value) if value.isdigit() and int(value) > 0 else None
+    if nproc is None or not argv or (argv[0] == "-m" and len(argv) < 2):
+        print(f"usage: {USAGE}", file=sys.stderr)
+        return 2
+    target = tuple(argv[:2]) if argv[0] == "-m" else (argv[0],)
+    return launch(nproc, argv[len(target) :], target=target)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

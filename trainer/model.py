@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainer.config import ModelConfig
+from trainer.config import ConfigError, ModelConfig, TrainerConfig
 
 
 class Block(nn.Module):
@@ -66,3 +66,14 @@ class CharTransformer(nn.Module):
             x = block(x)
         logits = F.linear(self.ln_f(x), self.tok.weight)
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def build(cfg: TrainerConfig, dataset: object) -> CharTransformer:
+    """Bundled model factory: the character transformer sized by ``[model]``."""
+    m = cfg.model
+    if m.d_model % m.n_heads:
+        raise ConfigError("model.d_model must be divisible by model.n_heads")
+    vocab = getattr(dataset, "vocab_size", 0) or cfg.data.vocab_size
+    if not vocab:
+        raise ConfigError("the dataset has no vocab_size attribute and data.vocab_size is 0")
+    return CharTransformer(m, int(vocab))

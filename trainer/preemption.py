@@ -11,9 +11,12 @@ import json
 import logging
 import signal
 import threading
+import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from types import FrameType
 
@@ -26,12 +29,42 @@ GCP_DEFAULT = "http://metadata.google.internal"
 AZURE_DEFAULT = "http://169.254.169.254"
 AZURE_API = "2020-07-01"
 HTTP_TIMEOUT = 2.0
+DEFAULT_NOTICE_SECONDS = 30.0
+"""GCP and Azure give about 30 s; used when a notice names no time of its own."""
+
+
+def parse_time(text: object) -> float | None:
+    """An ISO-8601 (AWS, local market) or RFC 1123 (Azure) time as epoch seconds."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        pass
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError):
+        return None
 
 
 @dataclass
 class Notice:
     source: str
     detail: str = ""
+    deadline: float | None = None
+    """Epoch seconds when the instance goes away (None: unknown, e.g. a bare SIGTERM)."""
+    seen_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def at(cls, source: str, detail: str, when: object = None) -> Notice:
+        """A notice whose deadline is ``when`` (a time string), else now + 30 s."""
+        now = time.time()
+        return cls(source, detail, parse_time(when) or now + DEFAULT_NOTICE_SECONDS, now)
+
+    def seconds_left(self, now: float | None = None) -> float | None:
+        if self.deadline is None:
+            return None
+        return self.deadline - (time.time() if now is None else now)
 
 
 class Watcher:
@@ -131,7 +164,8 @@ class AwsWatcher(Watcher):
         if status == 200:
             doc = json.loads(body)
             if doc.get("action") in ("terminate", "stop", "hibernate"):
-                return Notice("aws", f"{doc.get('action')} at {doc.get('time')}")
+                detail = f"{doc.get('action')} at {doc.get('time')}"
+                return Notice.at("aws", detail, doc.get("time"))
         return None
 
 
@@ -160,7 +194,7 @@ class GcpWatcher(Watcher):
             raise ValueError(f"GCP metadata: HTTP {status}")
         self._etag = {k.lower(): v for k, v in headers.items()}.get("etag")
         if body.decode().strip().upper() == "TRUE":
-            return Notice("gcp", "instance/preempted = TRUE")
+            return Notice.at("gcp", "instance/preempted = TRUE")
         return None
 
     def _run(self) -> None:
@@ -198,9 +232,8 @@ class AzureWatcher(Watcher):
         for event in json.loads(body).get("Events", []):
             if event.get("EventType") == "Preempt":
                 self._event_id = event.get("EventId")
-                return Notice(
-                    "azure", f"Preempt {self._event_id} not before {event.get('NotBefore')}"
-                )
+                detail = f"Preempt {self._event_id} not before {event.get('NotBefore')}"
+                return Notice.at("azure", detail, event.get("NotBefore"))
         return None
 
     def acknowledge(self) -> None:
@@ -233,7 +266,11 @@ class FileWatcher(Watcher):
                 detail = self.path.read_text()
             except OSError:
                 detail = ""
-            return Notice("local", detail.strip())
+            try:
+                when = json.loads(detail).get("time")
+            except (ValueError, AttributeError):
+                when = None
+            return Notice.at("local", detail.strip(), when)
         return None
 
 

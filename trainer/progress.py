@@ -6,17 +6,13 @@ import json
 import os
 import threading
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from trainer.contract import DONE, ENV_ATTEMPT, ENV_JOB_ID, PROGRESS, utc_now
+from trainer.fence import Fence
 from trainer.storage import Store
 
-PROGRESS = "progress.json"
-DONE = "DONE"
-
-
-def utc_now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+__all__ = ["DONE", "PROGRESS", "Progress", "utc_now"]
 
 
 class Progress:
@@ -29,8 +25,10 @@ class Progress:
         total_steps: int,
         world_size: int,
         interval_seconds: float,
+        fence: Fence | None = None,
     ) -> None:
         self.store = store
+        self.fence = fence
         self.enabled = enabled
         self.interval = interval_seconds
         self._lock = threading.Lock()
@@ -44,13 +42,13 @@ class Progress:
             "state": "running",
             "world_size": world_size,
             "loss": None,
-            "job_id": os.environ.get("SPOTWISE_JOB_ID"),
-            "attempt": os.environ.get("SPOTWISE_ATTEMPT"),
+            "job_id": os.environ.get(ENV_JOB_ID),
+            "attempt": os.environ.get(ENV_ATTEMPT),
         }
 
     def update(self, force: bool = False, **fields: Any) -> None:
         """Record fields; write when forced or when the refresh interval has passed."""
-        if not self.enabled:
+        if not self.enabled or (self.fence is not None and self.fence.tripped):
             return
         with self._lock:
             self.doc.update(fields)
@@ -65,7 +63,7 @@ class Progress:
         self.update(force=True, last_checkpoint_step=step)
 
     def done(self) -> None:
-        if not self.enabled:
+        if not self.enabled or (self.fence is not None and self.fence.check()):
             return
         self.update(force=True, state="done")
         doc = {"step": self.doc["step"], "finished_at": utc_now()}

@@ -14,7 +14,8 @@ import shutil
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from urllib.parse import urlparse
+
+from trainer import contract
 
 STEP_RE = re.compile(r"^step-(\d+)$")
 METADATA = ".metadata"
@@ -84,18 +85,20 @@ class LocalStore(Store):
             return None
 
     def write_text(self, name: str, text: str) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=f".{name}.", suffix=".tmp")
+        target = self.root / name  # name may hold a folder: exits/<N>.json
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)
-            os.replace(tmp, self.root / name)
+            os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        _fsync_dir(self.root)
+        _fsync_dir(target.parent)
 
     def step_dirs(self) -> dict[int, bool]:
         out: dict[int, bool] = {}
@@ -118,16 +121,17 @@ class S3Store(Store):
     def __init__(self, uri: str, staging: Path) -> None:
         import boto3  # lazy: only s3 users need it
 
-        parsed = urlparse(uri)
+        loc = contract.parse_uri(uri)
+        self.location = loc
         self.uri = uri.rstrip("/")
-        self.bucket = parsed.netloc
-        self.prefix = parsed.path.strip("/")
+        self.bucket = loc.bucket
+        self.prefix = loc.prefix
         self.staging = staging
         endpoint = os.environ.get("SPOTWISE_S3_ENDPOINT_URL") or None
         self.s3 = boto3.client("s3", endpoint_url=endpoint)
 
     def _key(self, name: str) -> str:
-        return f"{self.prefix}/{name}" if self.prefix else name
+        return self.location.key(name)
 
     def read_text(self, name: str) -> str | None:
         try:
@@ -182,18 +186,16 @@ class S3Store(Store):
 
 
 def open_store(uri: str, staging_dir: str = "") -> Store:
-    """Pick the store for a URI: s3://..., file://..., or a plain path."""
-    if uri.startswith("s3://"):
-        if not urlparse(uri).netloc:
-            raise ValueError(f"checkpoint URI {uri!r} has no bucket")
-        staging = Path(staging_dir) if staging_dir else Path(tempfile.gettempdir())
-        staging = staging / "spotwise-staging" / re.sub(r"[^A-Za-z0-9._-]", "_", uri[5:])
-        staging.mkdir(parents=True, exist_ok=True)
-        return S3Store(uri, staging)
-    if uri.startswith("file://"):
-        return LocalStore(Path(urlparse(uri).path))
-    if "://" in uri:
-        raise ValueError(
-            f"unsupported checkpoint URI scheme: {uri!r} (use a path, file:// or s3://)"
-        )
-    return LocalStore(Path(uri))
+    """The store for a URI, parsed by ``contract.parse_uri`` (the scheduler's parser too).
+
+    Raises ValueError (with the accepted forms) for an unsupported or malformed URI.
+    """
+    loc = contract.parse_uri(uri)
+    if loc.is_local:
+        assert loc.path is not None
+        return LocalStore(loc.path)
+    staging = Path(staging_dir) if staging_dir else Path(tempfile.gettempdir())
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{loc.bucket}/{loc.prefix}")
+    staging = staging / "spotwise-staging" / safe
+    staging.mkdir(parents=True, exist_ok=True)
+    return S3Store(uri, staging)

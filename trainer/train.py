@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -9,23 +10,40 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import EXIT_OK, EXIT_PREEMPTED, distributed, rng
-from trainer.amp import Precision
-from trainer.checkpoint import RNG_KEY, CheckpointManager, ModelOptimState
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, distributed, factories, rng
+from trainer.amp import Precision, bf16_warning
+from trainer.checkpoint import (
+    PLANS,
+    RNG_KEY,
+    CheckpointManager,
+    ModelOptimState,
+    final_save_plan,
+)
 from trainer.config import ConfigError, TrainerConfig, env_or
-from trainer.data import TextData
-from trainer.model import CharTransformer
+from trainer.contract import DONE, ENV_CHECKPOINT_URI
+from trainer.data import make_loader, to_device
+from trainer.fence import Fence
+from trainer.parallel import (
+    CommHook,
+    apply_activation_checkpointing,
+    compute_loss,
+    register_comm_hook,
+)
 from trainer.preemption import SIGTERM, Watcher, make_watcher
-from trainer.progress import DONE, Progress
+from trainer.progress import Progress
 from trainer.storage import open_store
 
 log = logging.getLogger("trainer")
+COMM_KEY = "comm_rank"
+"""Per-rank DDP comm-hook state (PowerSGD error feedback) lives under comm_rank<i>."""
 
 
 def _setup_logging(rank: int) -> None:
@@ -58,25 +76,59 @@ class Trainer:
     def __init__(self, cfg: TrainerConfig) -> None:
         self.cfg = cfg
         t = cfg.training
-        self.info = distributed.init(t.device)
-        _setup_logging(self.info.rank)
-        if t.global_batch_size % self.info.world_size:
+        self.info = info = distributed.init(t.device)
+        _setup_logging(info.rank)
+        if t.deterministic:
+            rng.enable_determinism()
+        if t.global_batch_size % info.world_size:
             raise ConfigError(
                 f"training.global_batch_size={t.global_batch_size} is not divisible by "
-                f"the world size {self.info.world_size}"
+                f"the world size {info.world_size}"
             )
-        uri = env_or(cfg.checkpoint.uri, "SPOTWISE_CHECKPOINT_URI", "checkpoints")
+        per_rank = t.global_batch_size // info.world_size
+        self.micro = t.micro_batch_size or per_rank
+        if per_rank % self.micro:
+            raise ConfigError(
+                f"training.micro_batch_size={self.micro} does not divide the per-rank batch "
+                f"{per_rank} (global_batch_size {t.global_batch_size} / {info.world_size} ranks)"
+            )
+        self.accum = per_rank // self.micro
+        uri = env_or(cfg.checkpoint.uri, ENV_CHECKPOINT_URI, "checkpoints")
         try:
             self.store = open_store(uri, cfg.checkpoint.staging_dir)
         except ValueError as e:
-            raise ConfigError(str(e)) from None
-        try:
-            self.data = TextData(cfg.data, cfg.model.seq_len, t.seed)
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"data.source: {e}") from None
+            raise ConfigError(f"checkpoint.uri: {e}") from None
+        self.fence = Fence(self.store)
+        self.dataset = factories.load(cfg.data.factory, "data.factory")(cfg)
+        if not (hasattr(self.dataset, "__len__") and hasattr(self.dataset, "__getitem__")):
+            raise ConfigError(
+                f"data.factory {cfg.data.factory!r} returned {type(self.dataset).__name__}, "
+                "not a map-style dataset (__len__ and __getitem__)"
+            )
+        if len(self.dataset) < 1:
+            raise ConfigError(f"data.factory {cfg.data.factory!r} returned an empty dataset")
         torch.manual_seed(t.seed)  # identical initial weights on every rank
-        model = CharTransformer(cfg.model, self.data.vocab_size).to(self.info.device)
-        self.model = distributed.wrap(model, self.info, cfg.parallelism.mode)
+        model = factories.load(cfg.model.factory, "model.factory")(cfg, self.dataset)
+        if not isinstance(model, nn.Module):
+            raise ConfigError(f"model.factory {cfg.model.factory!r} did not return an nn.Module")
+        model = model.to(info.device)
+        n_ac = apply_activation_checkpointing(model, t.activation_checkpointing)
+        if n_ac:
+            log.info("activation checkpointing (%s): %d blocks", t.activation_checkpointing, n_ac)
+        par = cfg.parallelism
+        self.model = distributed.wrap(model, info, par.mode)
+        self.comm = CommHook("none")
+        if info.enabled and par.mode == "ddp":
+            if par.comm_hook == "powersgd":
+                self._settle_buckets()
+            self.comm = register_comm_hook(
+                self.model, par.comm_hook, par.powersgd_rank, par.powersgd_start_iter, t.seed
+            )
+        elif par.comm_hook != "none":
+            log.warning("parallelism.comm_hook=%s needs DDP with >1 rank: ignored", par.comm_hook)
+        warning = bf16_warning(t.precision, info.device)
+        if warning:
+            log.warning(warning)
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=t.lr, betas=(0.9, 0.95), weight_decay=t.weight_decay
         )
@@ -84,29 +136,55 @@ class Trainer:
             self.optimizer, lr_lambda(t.warmup_steps, t.steps)
         )
         self.precision = Precision(
-            t.precision, self.info.device, t.fp16_init_scale, t.fp16_growth_interval
+            t.precision, info.device, t.fp16_init_scale, t.fp16_growth_interval
         )
         self.step = 0
         self.samples = 0
         self.last_loss: float | None = None
+        self.batches: Iterator | None = None
+        # DDP replicates model and optimizer: one host copy (rank 0's) is enough to save.
+        self.one_replica = info.enabled and par.mode == "ddp" and cfg.checkpoint.stage_one_replica
         self.progress = Progress(
             self.store,
-            self.info.rank == 0,
+            info.rank == 0,
             t.steps,
-            self.info.world_size,
+            info.world_size,
             cfg.checkpoint.progress_interval_seconds,
+            self.fence,
         )
         self.ckpt = CheckpointManager(
             self.store,
-            self.info,
+            info,
             cfg.checkpoint.keep,
-            self.progress.checkpointed,
+            self._durable,
             cfg.debug.kill_in_save_at_step,
             cfg.checkpoint.overlap_staging,
+            self.fence,
         )
         self.sigterm = SIGTERM
         self.watcher: Watcher = (
-            make_watcher(cfg.preemption) if self.info.local_rank == 0 else Watcher(1.0)
+            make_watcher(cfg.preemption) if info.local_rank == 0 else Watcher(1.0)
+        )
+
+    def _settle_buckets(self) -> None:
+        """One throw-away forward/backward (eval mode, RNG restored, grads dropped) so DDP
+        re-buckets now, before PowerSGD is attached.
+
+        DDP rebuilds its gradient buckets after a process's first iteration. Without this, a
+        resumed process would run its first step on the initial layout while the run it
+        continues used the rebuilt one, and PowerSGD's per-bucket error feedback would be
+        applied to the wrong elements (a resume that is close, not exact).
+        """
+        saved = rng.capture()
+        self.model.eval()
+        batch = torch.utils.data.default_collate([self.dataset[0]])
+        compute_loss(self.model, to_device(batch, self.info.device)).backward()
+        self.model.zero_grad(set_to_none=True)
+        rng.restore(saved)
+
+    def _durable(self, step: int) -> None:
+        self.progress.update(
+            force=True, last_checkpoint_step=step, last_save_seconds=self.ckpt.last_save_seconds
         )
 
     # ------------------------------------------------------------------ state
@@ -122,12 +200,16 @@ class Trainer:
         }
 
     def state(self) -> dict[str, Any]:
-        """Everything an exact resume needs; RNG keyed by rank (DCP dedups same-key values)."""
-        return {
-            "app": ModelOptimState(self.model, self.optimizer),
-            "extra": self._extra(),
-            f"{RNG_KEY}{self.info.rank}": rng.capture(),
-        }
+        """Everything an exact resume needs; per-rank values keyed by rank (DCP dedups them)."""
+        rank = self.info.rank
+        state: dict[str, Any] = {f"{RNG_KEY}{rank}": rng.capture()}
+        if not (self.one_replica and rank != 0):
+            state["app"] = ModelOptimState(self.model, self.optimizer)
+            state["extra"] = self._extra()
+        blob = self.comm.state_bytes()
+        if blob is not None:
+            state[f"{COMM_KEY}{rank}"] = blob
+        return state
 
     def resume(self) -> None:
         """Load ``latest`` if any, else seed the per-rank RNG for step 0."""
@@ -137,6 +219,7 @@ class Trainer:
             rng.derive(seed, 0, rank)
             return
         same_world = False
+        comm_key = f"{COMM_KEY}{rank}"
 
         def build(saved_world: int) -> dict[str, Any]:
             nonlocal same_world
@@ -147,6 +230,8 @@ class Trainer:
             }
             if same_world:
                 state[f"{RNG_KEY}{rank}"] = rng.capture()
+                if comm_key in self.ckpt.saved_keys and self.comm.name == "powersgd":
+                    state[comm_key] = b""
             return state
 
         state = self.ckpt.load(latest, build)
@@ -155,6 +240,7 @@ class Trainer:
         self.precision.load_state_dict(extra["scaler"])
         self.step = int(extra["train"]["step"])
         self.samples = int(extra["train"]["samples"])
+        self.comm.load_state_bytes(state.get(comm_key))
         if same_world:
             rng.restore(state[f"{RNG_KEY}{rank}"])
         else:
@@ -167,31 +253,67 @@ class Trainer:
         log.info("resumed from step-%d (samples=%d)", self.step, self.samples)
 
     # ------------------------------------------------------------------- loop
+    def _grad_sync(self, last: bool) -> contextlib.AbstractContextManager:
+        """Gradient accumulation: reduce gradients only on the last micro-batch."""
+        if self.accum == 1 or not self.info.enabled:
+            return contextlib.nullcontext()
+        setter = getattr(self.model, "set_requires_gradient_sync", None)  # FSDP2
+        if setter is not None:
+            setter(last)
+            return contextlib.nullcontext()
+        return contextlib.nullcontext() if last else self.model.no_sync()  # type: ignore[operator]
+
     def train_step(self) -> torch.Tensor:
         t, info = self.cfg.training, self.info
-        x, y = self.data.batch(self.samples, t.global_batch_size, info.rank, info.world_size)
-        x, y = x.to(info.device), y.to(info.device)
+        assert self.batches is not None
         self.model.train()
-        with self.precision.autocast():
-            loss = self.model(x, y)
-        self.precision.backward(loss)
+        total: torch.Tensor | None = None
+        for i in range(self.accum):
+            batch = to_device(next(self.batches), info.device)
+            with self._grad_sync(i == self.accum - 1):
+                with self.precision.autocast():
+                    loss = compute_loss(self.model, batch)
+                if self.accum > 1:
+                    loss = loss / self.accum
+                self.precision.backward(loss)
+            total = loss.detach() if total is None else total + loss.detach()
         self.ckpt.wait_staging()  # an async save's CPU copy overlapped forward/backward
         self.precision.step(self.optimizer, list(self.model.parameters()), t.grad_clip)
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.step += 1
         self.samples += t.global_batch_size
-        return loss.detach()
+        assert total is not None
+        return total
 
     def run(self) -> int:
         cfg, info = self.cfg, self.info
+        if self._fenced():
+            return EXIT_FENCED
         if self.store.read_text(DONE) is not None:
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             return EXIT_OK
         self.resume()
+        loader = make_loader(
+            self.dataset, cfg, self.samples, self.micro, info.rank, info.world_size, info.device
+        )
+        self.batches = iter(loader)
         self.sigterm.install()
         self.watcher.start()
         total = cfg.training.steps
+        early = self.sigterm.received or self.watcher.seen
+        if distributed.sum_across([float(early)], info)[0] > 0:
+            # A notice during start-up: nothing ran since `latest` (or nothing at all), so
+            # "start me again" loses nothing; skip a save that might not fit the notice.
+            self.progress.update(
+                force=True,
+                step=self.step,
+                samples=self.samples,
+                state="preempted",
+                last_checkpoint_step=self.ckpt.last_durable_step,
+            )
+            log.warning("notice during start-up at step %d: exit %d", self.step, EXIT_PREEMPTED)
+            return EXIT_PREEMPTED
         self.progress.update(
             force=True,
             step=self.step,
@@ -216,8 +338,13 @@ class Trainer:
                     and time.monotonic() - last_save >= cfg.checkpoint.interval_seconds
                 )
                 notice = self.sigterm.received or self.watcher.seen
-                # One all-reduce per step: every rank agrees on notice, timer and loss.
-                flags = distributed.sum_across([float(notice), loss.item(), float(timer_due)], info)
+                fenced = self.fence.tripped  # set on rank 0 by a save's `latest` check
+                # One all-reduce per step: every rank agrees on notice, timer, fence and loss.
+                flags = distributed.sum_across(
+                    [float(notice), loss.item(), float(timer_due), float(fenced)], info
+                )
+                if flags[3] > 0:
+                    return self._fenced_exit()
                 mean_loss = flags[1] / info.world_size
                 self.last_loss = mean_loss
                 if metrics is not None:
@@ -246,25 +373,69 @@ class Trainer:
             if metrics is not None:
                 metrics.close()
 
+    def _fenced(self) -> bool:
+        """All ranks agree whether rank 0 saw a newer owner (reads owner.json on rank 0)."""
+        mine = self.fence.check() if self.info.rank == 0 else False
+        return distributed.sum_across([float(mine)], self.info)[0] > 0
+
+    def _fenced_exit(self) -> int:
+        self.ckpt.wait()
+        log.info("stopped at step %d by the owner fence", self.step)
+        return EXIT_FENCED
+
+    def _notice_plan(self) -> tuple[str, dict[str, Any]]:
+        """Rank 0 weighs the notice's deadline against the last save's duration; all agree."""
+        plan, fields = "save", {}
+        if self.info.rank == 0:
+            notice = self.watcher.notice
+            left = notice.seconds_left() if notice is not None else None
+            save_s, inflight = self.ckpt.last_save_seconds, self.ckpt.inflight_left()
+            plan, fits = final_save_plan(left, save_s, inflight)
+            fields = {"save_fits_notice": fits,
+                      "notice_seconds_left": None if left is None else round(left, 3)}  # fmt: skip
+            if not fits:
+                log.warning(
+                    "notice leaves %.1fs; the last save took %.1fs%s: %s",
+                    left or 0.0,
+                    save_s or 0.0,
+                    "" if inflight is None else f" and one is in flight (~{inflight:.1f}s left)",
+                    {
+                        "save": "saving anyway, it may not finish",
+                        "wait-only": "keeping the in-flight save, skipping a fresh one",
+                        "abandon": "not waiting; resuming from the last durable checkpoint",
+                    }[plan],
+                )
+        code = distributed.sum_across([float(PLANS.index(plan))], self.info)[0]
+        return PLANS[int(code)], fields
+
     def _finish(self, preempted: bool) -> int:
         """Final synchronous save (after any in-flight one), progress, DONE or exit 75."""
         t0 = time.perf_counter()
-        self.ckpt.wait()
-        if self.ckpt.last_saved_step != self.step:
+        plan, notice_fields = self._notice_plan() if preempted else ("save", {})
+        if plan == "abandon":
+            self.ckpt.abandon()
+        else:
+            self.ckpt.wait()
+        if plan == "save" and self.ckpt.last_saved_step != self.step:
             self.ckpt.save(self.step, self.state(), async_save=False)
-        self.ckpt.wait()
+            self.ckpt.wait()
+        if self._fenced():
+            return self._fenced_exit()
         self.progress.update(
             force=True,
             step=self.step,
             samples=self.samples,
-            last_checkpoint_step=self.step,
+            last_checkpoint_step=self.ckpt.last_durable_step,
+            last_save_seconds=self.ckpt.last_save_seconds,
             loss=self.last_loss,
             state="preempted" if preempted else "finishing",
+            **notice_fields,
         )
         if preempted:
             log.warning(
-                "preempted at step %d: checkpoint durable in %.2fs; exit %d",
+                "preempted at step %d: step-%s durable after %.2fs; exit %d",
                 self.step,
+                self.ckpt.last_durable_step,
                 time.perf_counter() - t0,
                 EXIT_PREEMPTED,
             )
@@ -282,6 +453,7 @@ class Trainer:
         return EXIT_OK
 
     def close(self) -> None:
+        self.batches = None  # stops the DataLoader's worker processes
         self.ckpt.close()
         # Drop DDP/FSDP objects before the group goes: destroying a gloo group under a live
         # DDP module intermittently hangs at exit.

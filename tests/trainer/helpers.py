@@ -21,6 +21,7 @@ TINY = {
     "model.dropout": 0.1,
     "data.synthetic_chars": 20_000,
     "data.epoch_samples": 32,  # 4 steps per epoch at batch 8: step 12 is an epoch boundary
+    "data.num_workers": 0,  # one test runs workers; the rest save the fork
     "training.global_batch_size": 8,
     "training.steps": 16,
     "training.warmup_steps": 4,

@@ -57,3 +57,45 @@ def test_main_reports_usage_errors_without_traceback(capsys: pytest.CaptureFixtu
 
 def test_bundled_config_by_name() -> None:
     assert parse_args(["--config", "tiny"]).checkpoint.interval_steps == 50
+
+
+def test_every_bundled_config_parses() -> None:
+    configs = sorted(TINY_TOML.parent.glob("*.toml"))
+    assert {p.stem for p in configs} >= {"tiny", "hf-tiny", "hf-llama"}
+    for path in configs:
+        parse_args(["--config", str(path)])
+
+
+def test_shipped_jobs_keep_exit_75_and_name_real_configs() -> None:
+    """Every deploy/jobs example launches through `python -m trainer` (never bare torchrun,
+    which turns 75 into 1) with a config that exists, or its comment says it needs a cloud."""
+    import tomllib
+
+    jobs = sorted((TINY_TOML.parents[2] / "deploy" / "jobs").glob("*.toml"))
+    assert jobs
+    for job in jobs:
+        text = job.read_text()
+        command = tomllib.loads(text)["command"]
+        assert "torchrun" not in command[0] and "torch.distributed.run" not in command, job
+        assert command[:3] == ["python", "-m", "trainer"], job
+        config = command[command.index("--config") + 1]
+        parse_args(["--config", config])  # a bundled name or path that exists and parses
+        local = "local market" in text
+        assert local or "NEEDS A REAL CLOUD" in text, f"{job}: say where it runs"
+
+
+def test_help_lists_every_option_with_choices_and_default() -> None:
+    import dataclasses
+
+    from trainer.config import _sections, build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "--training.precision fp32|bf16|fp16" in text
+    assert "--precision fp32|bf16|fp16" in text  # the alias too
+    assert 'fp32 | bf16 | fp16 (fp16 uses a GradScaler). (default: "fp32")' in text
+    assert "--training.activation_checkpointing none|full|selective" in text
+    assert "--parallelism.comm_hook none|fp16|bf16|powersgd" in text
+    for section, typ in _sections().items():
+        for f in dataclasses.fields(typ):
+            assert f"--{section}.{f.name} " in text, f.name
+    assert text.count("(default: ") >= sum(len(dataclasses.fields(t)) for t in _sections().values())

@@ -149,3 +149,82 @@ def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> No
         assert (ckpt / f"step-{doc['step']}" / ".metadata").is_file()
         assert not (ckpt / "DONE").exists()
     assert azure.acknowledged == [azure.event_id]  # after the checkpoint, before exit
+
+
+def test_notices_carry_deadlines() -> None:
+    from datetime import UTC, datetime
+
+    from trainer.preemption import DEFAULT_NOTICE_SECONDS, Notice, parse_time
+
+    t = datetime(2026, 11, 29, 15, tzinfo=UTC).timestamp()
+
+    assert parse_time("2026-11-29T15:00:00Z") == t
+    assert parse_time("Sun, 29 Nov 2026 15:00:00 GMT") == t  # Azure NotBefore
+    assert parse_time("soon") is None and parse_time(None) is None
+    n = Notice.at("aws", "terminate", "2026-11-29T15:00:00Z")
+    assert n.deadline == t and n.seconds_left(now=t - 10) == 10.0
+    n = Notice.at("gcp", "preempted")  # no time given: about 30 s
+    assert n.deadline == pytest.approx(n.seen_at + DEFAULT_NOTICE_SECONDS)
+    assert Notice("sigterm").seconds_left() is None
+
+
+def test_file_watcher_reads_the_notice_time(tmp_path: Path) -> None:
+    notice = tmp_path / "n.json"
+    notice.write_text('{"action": "terminate", "time": "2026-11-29T15:00:30+00:00"}')
+    from datetime import UTC, datetime
+
+    found = FileWatcher(notice, 0.01).check()
+    assert found is not None
+    assert found.deadline == datetime(2026, 11, 29, 15, 0, 30, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("left", "save_s", "inflight", "plan", "fits"),
+    [
+        (None, 5.0, None, "save", True),  # unknown deadline (bare SIGTERM)
+        (30.0, None, None, "save", True),  # no save measured yet
+        (30.0, 10.0, None, "save", True),
+        (30.0, 40.0, None, "save", False),  # nothing better to do: try, and say so
+        (30.0, 10.0, 15.0, "save", True),  # in-flight then a fresh save both fit
+        (30.0, 20.0, 15.0, "wait-only", False),  # keep the in-flight one, skip a fresh one
+        (30.0, 50.0, 45.0, "abandon", False),  # not even the in-flight one fits
+    ],
+)
+def test_final_save_plan_against_the_deadline(left, save_s, inflight, plan, fits) -> None:
+    from trainer.checkpoint import final_save_plan
+
+    assert final_save_plan(left, save_s, inflight) == (plan, fits)
+
+
+@pytest.mark.timeout(120)
+def test_a_save_that_cannot_fit_the_notice_is_reported(tmp_path: Path) -> None:
+    """The notice's deadline has already passed: the trainer still saves (nothing better to
+    do) and says so in the log and in progress.json."""
+    ckpt, notice = tmp_path / "c", tmp_path / "notice.json"
+    argv = tiny_args(
+        ckpt,
+        training__steps=100_000,
+        checkpoint__interval_steps=2,
+        preemption__cloud="local",
+        preemption__poll_interval_seconds=0.02,
+        training__step_delay_seconds=0.05,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *argv],
+        cwd=REPO,
+        env=env(SPOTWISE_NOTICE_FILE=str(notice)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _wait(lambda: (ckpt / "latest").exists(), timeout=90)  # one save measured
+        notice.write_text(json.dumps({"action": "terminate", "time": "2020-01-01T00:00:00Z"}))
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    doc = progress(ckpt)
+    assert doc["save_fits_notice"] is False and doc["notice_seconds_left"] < 0
+    assert doc["last_save_seconds"] > 0 and doc["last_checkpoint_step"] == doc["step"]
+    assert "saving anyway, it may not finish" in err
