@@ -21,7 +21,7 @@ bench_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console()
+_out = Console(width=None if sys.stdout.isatty() else 150)  # piped: wide enough for tables
 _err = Console(stderr=True)
 
 
@@ -44,26 +44,35 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-@bench_app.command()
-def deadline(output: OutputOpt = Output.table, quick: QuickOpt = False, jobs: JobsOpt = 0) -> None:
-    """Deadline policies replayed over real spot traces: cost, misses, score, ratio to optimal."""
-    from scheduler.replay.scenarios import ALL, collect, run_case, settings
+SweepOpt = Annotated[
+    bool, typer.Option("--sweep", help="Overhead x slack grid on the test split (online policies)")
+]
+SplitOpt = Annotated[
+    str, typer.Option("--split", help="Sweep on the test split (report) or train (tuning)")
+]
 
-    t0 = time.perf_counter()
-    chosen = settings(quick)
+
+def _run_settings(chosen: list, quick: bool, jobs: int) -> list:
+    """Every case of every setting, in worker processes unless quick or one worker."""
+    from scheduler.replay.scenarios import ALL, collect, run_case
+
     tasks = [(si, case) for si, s in enumerate(chosen) for case in s.cases]
     results: dict[int, list] = {i: [] for i in range(len(chosen))}
     workers = jobs or min(4, os.cpu_count() or 1)
     done = 0
     if workers <= 1 or quick:
         for si, case in tasks:
-            results[si].append(run_case(case, ALL, chosen[si].dp_units))
+            s = chosen[si]
+            results[si].append(run_case(case, s.policies or ALL, s.dp_units))
             done += 1
-            _progress(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
+            _progress(f"[{done}/{len(tasks)}] {s.key}: {case.label}")
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futs = {
-                pool.submit(run_case, case, ALL, chosen[si].dp_units): (si, case)
+                pool.submit(run_case, case, chosen[si].policies or ALL, chosen[si].dp_units): (
+                    si,
+                    case,
+                )
                 for si, case in tasks
             }
             for fut in as_completed(futs):
@@ -71,15 +80,61 @@ def deadline(output: OutputOpt = Output.table, quick: QuickOpt = False, jobs: Jo
                 results[si].append(fut.result())
                 done += 1
                 _progress(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
-    summary = [collect(s, results[i]) for i, s in enumerate(chosen)]
+    # keep case order stable whatever order the workers finished in
+    order = {id(c): i for s in chosen for i, c in enumerate(s.cases)}
+    out = []
+    for i, s in enumerate(chosen):
+        by_label = {c.label: order[id(c)] for c in s.cases}
+        rs = sorted(results[i], key=lambda r: by_label.get(r.label, 0))
+        out.append(collect(s, rs))
+    return out
+
+
+@bench_app.command()
+def deadline(
+    output: OutputOpt = Output.table,
+    quick: QuickOpt = False,
+    jobs: JobsOpt = 0,
+    sweep: SweepOpt = False,
+    split: SplitOpt = "test",
+) -> None:
+    """Deadline policies replayed over real spot traces: cost, misses, score with 95% CI,
+    ratio to optimal, worse-than-UP share and worst window against all-on-demand."""
+    from scheduler.replay import scenarios
+    from scheduler.replay.split import Split
+
+    t0 = time.perf_counter()
+    try:
+        chosen_split = Split(split)
+    except ValueError:
+        _err.print("--split must be 'test' or 'train'")
+        raise typer.Exit(2) from None
+    if sweep:
+        chosen = scenarios.sweep(chosen_split, quick)
+    else:
+        chosen = scenarios.settings(quick)
+    summary = _run_settings(chosen, quick, jobs)
     elapsed = time.perf_counter() - t0
     doc = _deadline_doc(summary, elapsed, quick)
+    doc["sweep"] = sweep
+    if sweep:
+        doc["split"] = chosen_split.value
     if output is Output.json:
         print(json.dumps(doc))
         return
-    for res in doc["settings"]:
-        _print_setting(res)
+    if sweep:
+        _print_sweep(doc)
+    else:
+        for res in doc["settings"]:
+            _print_setting(res)
     _out.print(f"{sum(s['runs'] for s in doc['settings'])} windows in {elapsed:.1f} s")
+
+
+def _num(x: float, nd: int = 2) -> float | None:
+    """JSON-safe rounding (NaN -> null, no "-0.0")."""
+    import math
+
+    return None if math.isnan(x) else round(x, nd) + 0.0
 
 
 def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
@@ -87,47 +142,113 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
     for r in summary:
         rows = []
         for name, st in r.stats.items():
+            lo, hi = r.score_ci(name)
             rows.append(
                 {
                     "policy": name,
                     "avg_cost_usd": round(st.mean, 4),
                     "deadline_misses": st.misses,
-                    "score": round(r.score(name), 2) + 0.0,  # no "-0.0"
-                    "ratio_to_optimal": round(r.ratio(name), 4),
+                    "score": _num(r.score(name)),
+                    "score_ci95": [_num(lo), _num(hi)],
+                    "ratio_to_optimal": _num(r.ratio(name), 4),
+                    "worse_than_up_pct": _num(r.worse_than(name), 1),
+                    "above_on_demand_pct": _num(r.above_on_demand(name), 1),
+                    "worst_vs_on_demand": _num(r.worst_vs_on_demand(name), 4),
                 }
             )
-        settings_doc.append(
-            {
-                "setting": r.setting.key,
-                "title": r.setting.title,
-                "runs": r.runs,
-                "all_on_demand_cost_usd": round(r.od_cost, 4),
-                "all_spot_cost_usd": round(r.spot_cost, 4),
-                "policies": rows,
-                "published": r.setting.published,
-                "published_kind": r.setting.published_kind,
-            }
-        )
+        shown, why = r.published_status()
+        doc: dict[str, Any] = {
+            "setting": r.setting.key,
+            "title": r.setting.title,
+            "windows_from": r.setting.windows,
+            "runs": r.runs,
+            "clusters": len(set(r.clusters)),
+            "all_on_demand_cost_usd": round(r.od_cost, 4),
+            "all_spot_cost_usd": round(r.spot_cost, 4),
+            "policies": rows,
+            "published": r.setting.published if shown else {},
+            "published_kind": r.setting.published_kind,
+            "published_check": why,
+        }
+        names = set(r.stats)
+        if {"spotwise", "greedy", "uniform-progress"} <= names:
+            d, lo, hi = r.delta("spotwise", ("greedy", "uniform-progress"))
+            doc["spotwise_minus_best_baseline"] = {
+                "score": _num(d), "ci95": [_num(lo), _num(hi)]
+            }  # fmt: skip
+        settings_doc.append(doc)
     return {"benchmark": "deadline", "quick": quick, "elapsed_s": round(elapsed, 2),
             "settings": settings_doc}  # fmt: skip
 
 
+def _fmt_ci(ci: list) -> str:
+    lo, hi = ci
+    return "-" if lo is None else f"[{lo:.1f}, {hi:.1f}]"
+
+
 def _print_setting(res: dict[str, Any]) -> None:
-    table = Table(title=f"{res['title']}: {res['runs']} runs")
-    for col in ("policy", "avg cost $", "misses", "score", "x optimal"):
+    table = Table(title=f"{res['title']}: {res['runs']} windows, {res['clusters']} clusters")
+    cols = ("policy", "avg cost $", "misses", "score", "95% CI", "x optimal", "worse than UP",
+            "worst / all-OD", "> all-OD")  # fmt: skip
+    for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for row in res["policies"]:
+        ratio = row["ratio_to_optimal"]
         table.add_row(
             row["policy"],
             f"{row['avg_cost_usd']:.2f}",
             str(row["deadline_misses"]),
             f"{row['score']:.1f}",
-            f"{row['ratio_to_optimal']:.3f}",
+            _fmt_ci(row["score_ci95"]),
+            "-" if ratio is None else f"{ratio:.3f}",
+            f"{row['worse_than_up_pct']:.0f}%",
+            f"{row['worst_vs_on_demand']:.3f}",
+            f"{row['above_on_demand_pct']:.0f}%",
         )
     _out.print(table)
+    d = res.get("spotwise_minus_best_baseline")
+    if d:
+        _out.print(
+            f"spotwise - best of (greedy, UP): {d['score']:+.1f} points, 95% CI "
+            f"{_fmt_ci(d['ci95'])}"
+        )
+    _out.print(f"windows: {res['windows_from']}")
+    if res["published_check"]:
+        _out.print(res["published_check"])
     pub = ", ".join(f"{k} {v:g}" for k, v in res["published"].items())
     unit = "score" if res["published_kind"] == "score" else "avg cost $"
     _out.print(f"published ({unit}): {pub}\n" if pub else "")
+
+
+def _print_sweep(doc: dict[str, Any]) -> None:
+    first = doc["settings"][0] if doc["settings"] else {}
+    table = Table(title="sweep: score (95% CI) per overhead x deadline slack; tasks of "
+                  f"{', '.join('12 48 96'.split())} h, single- and multi-zone")  # fmt: skip
+    cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
+            "spotwise - best", "misses (s/g/u)", "worse than UP", "worst / all-OD")  # fmt: skip
+    for col in cols:
+        table.add_column(col, justify="right")
+    for s in doc["settings"]:
+        rows = {r["policy"]: r for r in s["policies"]}
+        _, o, k = s["setting"].split()
+        d = s["spotwise_minus_best_baseline"]
+        sw = rows["spotwise"]
+        table.add_row(
+            o.split("=")[1],
+            k.split("=")[1] + "x",
+            str(s["runs"]),
+            f"{rows['greedy']['score']:.1f}",
+            f"{rows['uniform-progress']['score']:.1f}",
+            f"{sw['score']:.1f} {_fmt_ci(sw['score_ci95'])}",
+            f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}",
+            "/".join(str(rows[p]["deadline_misses"])
+                     for p in ("spotwise", "greedy", "uniform-progress")),  # fmt: skip
+            f"{sw['worse_than_up_pct']:.0f}%",
+            f"{sw['worst_vs_on_demand']:.3f}",
+        )
+    _out.print(table)
+    if first:
+        _out.print(f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets")
 
 
 BASELINE_SAMPLE = 2000

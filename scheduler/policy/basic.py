@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
-from .safety import can_wait, spot_is_safe
+from .safety import can_wait, price_filtered, spot_is_safe
 
 
 class OnDemandPolicy(Policy):
@@ -25,6 +25,7 @@ class GreedyPolicy(Policy):
     name = "greedy"
 
     def decide(self, obs: Observation) -> Action:
+        obs = price_filtered(obs)  # a priced-out zone counts as unavailable
         if obs.on_demand:
             return ON_DEMAND
         cur = obs.on_spot

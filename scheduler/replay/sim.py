@@ -117,6 +117,9 @@ def simulate(
             on_demand_price=od_price,
             tick_hours=g,
             migration_cost=_migration(trace, job, ckpt_region),
+            spent=out.cost,
+            checkpoint_interval=job.checkpoint_interval,
+            work_at_risk=done - ckpt if job.checkpoint_interval > 0 else 0.0,
         )
         policy.observe(obs)
         action = policy.decide(obs)
