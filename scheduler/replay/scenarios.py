@@ -414,6 +414,8 @@ def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
             cases = []
             for w in lengths:
                 job = Job(w, w * k, o)
+                if job.deadline - w < 2 * o:  # no room for one restart even on on-demand
+                    continue
                 for per in pers:
                     length = math.ceil(job.deadline / per.trace.gap_hours - 1e-9)
                     hist = round(HISTORY_HOURS / per.trace.gap_hours)
