@@ -31,10 +31,13 @@ def can_wait(obs: Observation) -> bool:
 
 
 def spot_is_safe(obs: Observation, zone: str) -> bool:
-    """Running spot in `zone` leaves room for one interruption plus an on-demand launch."""
+    """Running spot in `zone` leaves room for one interruption (and the work it throws
+    away) plus an on-demand launch."""
     keep = obs.on_spot == zone
     slack = obs.slack_if_keep if keep else obs.slack_if_launch
-    lost = obs.work_at_risk if keep and obs.checkpoint_interval > 0 else 0.0
+    lost = 0.0
+    if obs.checkpoint_interval > 0:  # this tick's progress, and any since the checkpoint
+        lost = obs.tick_hours + (obs.work_at_risk if keep else 0.0)
     return slack - obs.restart_overhead - lost >= -EPS
 
 
