@@ -109,10 +109,7 @@ def deadline(
     except ValueError:
         _err.print("--split must be 'test' or 'train'")
         raise typer.Exit(2) from None
-    if sweep:
-        chosen = scenarios.sweep(chosen_split, quick)
-    else:
-        chosen = scenarios.settings(quick)
+    chosen = scenarios.sweep(chosen_split, quick) if sweep else scenarios.settings(quick)
     summary = _run_settings(chosen, quick, jobs)
     elapsed = time.perf_counter() - t0
     doc = _deadline_doc(summary, elapsed, quick)
@@ -220,10 +217,15 @@ def _print_setting(res: dict[str, Any]) -> None:
     _out.print(f"published ({unit}): {pub}\n" if pub else "")
 
 
+MISS_ORDER = ("spotwise", "greedy", "uniform-progress")
+
+
 def _print_sweep(doc: dict[str, Any]) -> None:
     first = doc["settings"][0] if doc["settings"] else {}
-    table = Table(title="sweep: score (95% CI) per overhead x deadline slack; tasks of "
-                  f"{', '.join('12 48 96'.split())} h, single- and multi-zone")  # fmt: skip
+    table = Table(
+        title="sweep: score (95% CI) per overhead x deadline slack; tasks of 12, 48 and 96 h, "
+        "single- and multi-zone"
+    )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
             "spotwise - best", "misses (s/g/u)", "worse than UP", "worst / all-OD")  # fmt: skip
     for col in cols:
@@ -241,8 +243,7 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             f"{rows['uniform-progress']['score']:.1f}",
             f"{sw['score']:.1f} {_fmt_ci(sw['score_ci95'])}",
             f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}",
-            "/".join(str(rows[p]["deadline_misses"])
-                     for p in ("spotwise", "greedy", "uniform-progress")),  # fmt: skip
+            "/".join(str(rows[p]["deadline_misses"]) for p in MISS_ORDER),
             f"{sw['worse_than_up_pct']:.0f}%",
             f"{sw['worst_vs_on_demand']:.3f}",
         )
