@@ -19,7 +19,7 @@ class GreedyPolicy(Policy):
     """Spot whenever available, else wait; on-demand (for good) once slack runs out.
 
     Slack "runs out" when waiting one more tick would no longer leave time for the remaining
-    work plus one restart on on-demand.
+    work plus one restart on on-demand. A zone priced out (safety.price_ok) counts as down.
     """
 
     name = "greedy"
