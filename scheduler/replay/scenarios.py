@@ -335,8 +335,8 @@ def adrs_multi(quick: bool = False) -> Setting:
 
 def settings(quick: bool = False) -> list[Setting]:
     if quick:
-        single = single_region(windows=3)
-        single = replace(single, cases=tuple(c for c in single.cases if "o=0.1" in c.label))
+        single = single_region(windows=2)
+        single = replace(single, cases=tuple(c for c in single.cases if "d=52 o=0.1" in c.label))
         multi = multi_region(windows=3)
         multi = replace(multi, cases=multi.cases[-1:])
         return [single, multi, skynomad_3zone(extra=0), adrs_multi(quick=True),
@@ -376,7 +376,7 @@ def price_spike(quick: bool = False) -> Setting:
     half = full.n_ticks // 2
     job = Job(48.0, 60.0, 0.2)
     length = math.ceil(job.deadline / full.gap_hours)
-    n = 3 if quick else 20
+    n = 2 if quick else 20
     starts = tuple(half + s for s in _even_starts(full.n_ticks - half, length, n))
     cases = []
     for zones in (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)):
