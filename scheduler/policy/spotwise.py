@@ -24,6 +24,7 @@ could push the job past (1 + HEDGE_MARGIN) x all-on-demand into on-demand.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, ActionKind, Observation, Policy
 from .learning import AvailabilityModel
@@ -114,6 +115,10 @@ class SpotwisePolicy(Policy):
     def decide(self, obs: Observation) -> Action:
         """The cost-seeking choice, then the price and regret guards; keeps the ledger."""
         obs = price_filtered(obs)
+        cur = obs.on_spot
+        if cur is not None and not obs.spot_available.get(cur, False):
+            # the running zone was priced out: decide as if stopped (leaving it is the point)
+            obs = replace(obs, placement=None, remaining_overhead=0.0)
         spent = obs.spent if obs.spent is not None else self._ledger
         act = self._choose(obs)
         if act.kind is ActionKind.SPOT and not hedge_allows_spot(obs, act.zone or "", spent):
