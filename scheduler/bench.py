@@ -21,7 +21,7 @@ bench_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console(width=None if sys.stdout.isatty() else 150)  # piped: wide enough for tables
+_out = Console(width=None if sys.stdout.isatty() else 180)  # piped: wide enough for tables
 _err = Console(stderr=True)
 
 
@@ -169,13 +169,23 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
         }
         names = set(r.stats)
         if {"spotwise", "greedy", "uniform-progress"} <= names:
-            d, lo, hi = r.delta("spotwise", ("greedy", "uniform-progress"))
-            doc["spotwise_minus_best_baseline"] = {
-                "score": _num(d), "ci95": [_num(lo), _num(hi)]
-            }  # fmt: skip
+            doc["spotwise_minus_best_baseline"] = _delta_doc(r)
+            if r.setting.key.startswith("sweep"):
+                from scheduler.replay.scenarios import is_multi_zone
+
+                for fam, keep in (("single_zone", lambda c: not is_multi_zone(c)),
+                                  ("multi_zone", is_multi_zone)):  # fmt: skip
+                    sub = r.subset(keep)
+                    if sub.runs:
+                        doc[f"spotwise_minus_best_{fam}"] = _delta_doc(sub)
         settings_doc.append(doc)
     return {"benchmark": "deadline", "quick": quick, "elapsed_s": round(elapsed, 2),
             "settings": settings_doc}  # fmt: skip
+
+
+def _delta_doc(r: Any) -> dict[str, Any]:
+    d, lo, hi = r.delta("spotwise", ("greedy", "uniform-progress"))
+    return {"score": _num(d), "ci95": [_num(lo), _num(hi)], "runs": r.runs}
 
 
 def _fmt_ci(ci: list) -> str:
@@ -220,6 +230,10 @@ def _print_setting(res: dict[str, Any]) -> None:
 MISS_ORDER = ("spotwise", "greedy", "uniform-progress")
 
 
+def _fmt_delta(d: dict[str, Any] | None) -> str:
+    return "-" if not d else f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}"
+
+
 def _print_sweep(doc: dict[str, Any]) -> None:
     first = doc["settings"][0] if doc["settings"] else {}
     table = Table(
@@ -227,7 +241,8 @@ def _print_sweep(doc: dict[str, Any]) -> None:
         "single- and multi-zone"
     )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
-            "spotwise - best", "misses (s/g/u)", "worse than UP", "worst / all-OD")  # fmt: skip
+            "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)", "worse than UP",
+            "worst / all-OD")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for s in doc["settings"]:
@@ -243,13 +258,18 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             f"{rows['uniform-progress']['score']:.1f}",
             f"{sw['score']:.1f} {_fmt_ci(sw['score_ci95'])}",
             f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}",
+            *(_fmt_delta(s.get(f"spotwise_minus_best_{f}")) for f in ("single_zone", "multi_zone")),
             "/".join(str(rows[p]["deadline_misses"]) for p in MISS_ORDER),
             f"{sw['worse_than_up_pct']:.0f}%",
             f"{sw['worst_vs_on_demand']:.3f}",
         )
     _out.print(table)
     if first:
-        _out.print(f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets")
+        _out.print(
+            f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets; "
+            "'spotwise - best': our score minus the better of greedy and UP (per replicate), "
+            "over all windows, the single-zone ones and the multi-zone ones"
+        )
 
 
 JobsCountOpt = Annotated[int, typer.Option("--jobs-count", help="Pending jobs to place")]

@@ -177,6 +177,24 @@ class SettingResult:
         sel = np.array([x == case for x in self.cases])
         return float(c[sel].mean())
 
+    def subset(self, keep: Callable[[str], bool]) -> SettingResult:
+        """The runs whose case label passes `keep`, anchors recomputed (unless fixed)."""
+        sel = np.array([keep(c) for c in self.cases], dtype=bool)
+        stats = {}
+        for p, st in self.stats.items():
+            costs = [c for c, k in zip(st.costs, sel, strict=True) if k]
+            w = [x for x, k in zip(st.weights, sel, strict=True) if k] if st.weights else []
+            stats[p] = PolicyStats(costs, st.misses, w)
+        od, sp = self.od_costs[sel], self.spot_costs[sel]
+        anchors = self.setting.anchors or (
+            (float(od.mean()), float(sp.mean())) if sel.any() else (math.nan, math.nan)
+        )
+        return SettingResult(
+            self.setting, int(sel.sum()), stats, anchors[0], anchors[1], od, sp,
+            [c for c, k in zip(self.clusters, sel, strict=True) if k],
+            [c for c, k in zip(self.cases, sel, strict=True) if k],
+        )  # fmt: skip
+
     def published_status(self) -> tuple[bool, str]:
         """(show the published figures?, the sentence saying why)."""
         chk = self.setting.check
@@ -398,6 +416,11 @@ SWEEP_OVERHEADS = (0.02, 0.1, 0.2, 0.5, 1.0)
 SWEEP_SLACKS = (1.05, 1.2, 1.5, 2.0)
 SWEEP_LENGTHS = (12.0, 48.0, 96.0)
 SWEEP_WINDOWS = 2  # per trace / zone set, length and cell
+
+
+def is_multi_zone(case_label: str) -> bool:
+    """Sweep case labels name their zone set ("2023 3 zones (...) w=48")."""
+    return " zones (" in case_label
 
 
 def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
