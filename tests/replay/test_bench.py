@@ -64,6 +64,8 @@ def test_bench_deadline_sweep_quick_json() -> None:
         assert rows["spotwise"]["deadline_misses"] == 0
         assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6
         assert "score" in s["spotwise_minus_best_baseline"]
+        assert s["spotwise_minus_best_single_zone"]["runs"] == 1  # one 2022 trace
+        assert s["spotwise_minus_best_multi_zone"]["runs"] == 1  # one zone set
     table = CliRunner().invoke(bench_app, ["deadline", "--sweep", "--quick"])
     assert table.exit_code == 0 and "spotwise - best" in table.stdout
 
