@@ -53,6 +53,10 @@ class Observation:
     `tick_hours` is how long until the next decision (the caller's loop period).
     `migration_cost` is a one-off cost of launching in a zone (e.g. moving the checkpoint
     across regions); zones not listed cost nothing.
+    Optional (defaults keep older callers valid): `spent` is the job's spend so far in USD
+    (None: the policy keeps its own ledger), `checkpoint_interval` the hours of work between
+    checkpoints (0 = checkpoint on the interruption notice) and `work_at_risk` the work done
+    since the last checkpoint, lost if the current attempt is interrupted.
     """
 
     elapsed: float
@@ -67,6 +71,9 @@ class Observation:
     on_demand_price: float
     tick_hours: float
     migration_cost: Mapping[str, float] = field(default_factory=dict)
+    spent: float | None = None
+    checkpoint_interval: float = 0.0
+    work_at_risk: float = 0.0
 
     @property
     def remaining_work(self) -> float:
@@ -87,6 +94,12 @@ class Observation:
         if self.placement is None or self.placement.kind is ActionKind.WAIT:
             return self.slack_if_launch
         return self.time_left - self.remaining_work - self.remaining_overhead
+
+    @property
+    def expected_loss_per_interruption(self) -> float:
+        """Hours one interruption costs: the restart overhead plus the work it throws away
+        (half a checkpoint interval on average; nothing when checkpointing on notice)."""
+        return self.restart_overhead + 0.5 * max(0.0, self.checkpoint_interval)
 
     def available_zones(self) -> list[str]:
         return [z for z, ok in self.spot_available.items() if ok]

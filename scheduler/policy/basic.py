@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .base import ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
-from .safety import can_wait, spot_is_safe
+from .safety import can_wait, price_filtered, spot_is_safe
 
 
 class OnDemandPolicy(Policy):
@@ -19,12 +19,13 @@ class GreedyPolicy(Policy):
     """Spot whenever available, else wait; on-demand (for good) once slack runs out.
 
     Slack "runs out" when waiting one more tick would no longer leave time for the remaining
-    work plus one restart on on-demand.
+    work plus one restart on on-demand. A zone priced out (safety.price_ok) counts as down.
     """
 
     name = "greedy"
 
     def decide(self, obs: Observation) -> Action:
+        obs = price_filtered(obs)  # a priced-out zone counts as unavailable
         if obs.on_demand:
             return ON_DEMAND
         cur = obs.on_spot

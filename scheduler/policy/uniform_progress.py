@@ -4,6 +4,8 @@ Keep progress on or above the line work_total * t / deadline. Behind the line: s
 zone has it, else on-demand. Ahead: spot or wait. Hysteresis: once on on-demand, go back to
 spot only when ahead of the line shifted by two restart overheads. Safety net: with less than
 two restart overheads of slack (rounded up to whole ticks), stay on / go to on-demand.
+One addition for live prices: a zone priced out (safety.price_ok, with hysteresis) counts as
+unavailable, so a running attempt leaves a spot price that passed on-demand.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import math
 
 from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
+from .safety import price_filtered
 
 
 class UniformProgressPolicy(Policy):
     name = "uniform-progress"
 
     def decide(self, obs: Observation) -> Action:
+        obs = price_filtered(obs)  # a priced-out zone counts as unavailable
         c0, d, t, g = obs.work_total, obs.deadline, obs.elapsed, obs.tick_hours
         o = obs.restart_overhead
         done = obs.work_done

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from scheduler.policy.optimal import Grid, solve
 
 from .datasets import cbl_2022, v100_2023
 from .sim import Job, simulate
+from .split import ZONE_SETS_2023, Split, describe, periods
 from .trace import Trace
 
 ONLINE = ("on-demand", "greedy", "uniform-progress", "spotwise")
@@ -34,6 +35,18 @@ class Case:
     trace: Trace
     starts: tuple[int, ...]
     job: Job
+    cluster: str = ""  # bootstrap unit: runs sharing it resample together ("": each window)
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """Published figures are shown only if the in-run `policy` reproduces the published
+    `key` within `tolerance` (in the published unit), on the runs of `case` (all if None)."""
+
+    policy: str
+    key: str
+    tolerance: float
+    case: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +59,9 @@ class Setting:
     dp_units: int = 10
     anchors: tuple[float, float] | None = None  # fixed (all on-demand, all spot) costs
     mean_of_cases: bool = False  # average each case's runs, then the cases
+    check: PublishedCheck | None = None
+    windows: str = "protocol windows (train + test)"
+    policies: tuple[str, ...] = ()  # empty: ALL
 
 
 @dataclass
@@ -61,19 +77,148 @@ class PolicyStats:
         return float(np.average(self.costs, weights=self.weights or None))
 
 
+BOOTSTRAP = 2000  # resamples for the 95% intervals (seeded: the same run prints the same CI)
+
+
 @dataclass
 class SettingResult:
+    """Every run of a setting, kept per window so intervals and per-window comparisons can
+    be computed (`clusters[i]` is the bootstrap unit of run i, `cases[i]` its case)."""
+
     setting: Setting
     runs: int
     stats: dict[str, PolicyStats]
     od_cost: float
     spot_cost: float
+    od_costs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    spot_costs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    clusters: list[str] = field(default_factory=list)
+    cases: list[str] = field(default_factory=list)
+    _boot: dict[str, np.ndarray] | None = field(default=None, repr=False)
 
     def score(self, policy: str) -> float:
         return 100.0 * (self.od_cost - self.stats[policy].mean) / (self.od_cost - self.spot_cost)
 
     def ratio(self, policy: str) -> float:
+        if "optimal" not in self.stats:
+            return math.nan
         return self.stats[policy].mean / self.stats["optimal"].mean
+
+    def _costs(self, policy: str) -> np.ndarray:
+        return np.asarray(self.stats[policy].costs, dtype=float)
+
+    def boot_scores(self) -> dict[str, np.ndarray]:
+        """Bootstrap replicates of every policy's score, resampling clusters (traces, zone
+        sets or start windows, per setting) with replacement; the same draws for all."""
+        if self._boot is not None:
+            return self._boot
+        labels = sorted(set(self.clusters))
+        k = len(labels)
+        if k < 2:
+            self._boot = {}
+            return self._boot
+        pos = {c: i for i, c in enumerate(labels)}
+        idx = np.array([pos[c] for c in self.clusters])
+        n = np.bincount(idx, None, k).astype(float)
+        rng = np.random.default_rng(0)
+        draws = rng.multinomial(k, np.full(k, 1.0 / k), size=BOOTSTRAP).astype(float)
+        if self.setting.anchors:
+            a_od, a_sp = self.setting.anchors
+        else:
+            a_od = (draws @ np.bincount(idx, self.od_costs, k)) / (draws @ n)
+            a_sp = (draws @ np.bincount(idx, self.spot_costs, k)) / (draws @ n)
+        out = {}
+        for p, st in self.stats.items():
+            w = np.asarray(st.weights, float) if st.weights else np.ones(self.runs)
+            wc = np.bincount(idx, w * self._costs(p), k)
+            ww = np.bincount(idx, w, k)
+            mean = (draws @ wc) / np.maximum(draws @ ww, 1e-12)
+            out[p] = 100.0 * (a_od - mean) / (a_od - a_sp)
+        self._boot = out
+        return out
+
+    def score_ci(self, policy: str, level: float = 0.95) -> tuple[float, float]:
+        reps = self.boot_scores().get(policy)
+        if reps is None:
+            return (math.nan, math.nan)
+        lo, hi = np.quantile(reps, [(1 - level) / 2, (1 + level) / 2])
+        return float(lo), float(hi)
+
+    def delta(self, policy: str, others: tuple[str, ...]) -> tuple[float, float, float]:
+        """Score of `policy` minus the best of `others` (per replicate), with its 95% CI."""
+        point = self.score(policy) - max(self.score(o) for o in others)
+        boot = self.boot_scores()
+        if not boot:
+            return point, math.nan, math.nan
+        d = boot[policy] - np.max(np.stack([boot[o] for o in others]), axis=0)
+        lo, hi = np.quantile(d, [0.025, 0.975])
+        return point, float(lo), float(hi)
+
+    def worse_than(self, policy: str, other: str = "uniform-progress") -> float:
+        """Share of windows (%) where `policy` cost more than `other` (by over 1 cent)."""
+        if other not in self.stats or not self.runs:
+            return math.nan
+        return float(100.0 * np.mean(self._costs(policy) > self._costs(other) + 0.01))
+
+    def worst_vs_on_demand(self, policy: str) -> float:
+        """The largest cost / all-on-demand cost over the windows."""
+        return float(np.max(self._costs(policy) / self.od_costs)) if self.runs else math.nan
+
+    def above_on_demand(self, policy: str) -> float:
+        """Share of windows (%) costing more than all-on-demand."""
+        if not self.runs:
+            return math.nan
+        return float(100.0 * np.mean(self._costs(policy) > self.od_costs * (1 + 1e-9)))
+
+    def case_mean(self, policy: str, case: str | None) -> float:
+        c = self._costs(policy)
+        if case is None:
+            return self.stats[policy].mean
+        sel = np.array([x == case for x in self.cases])
+        return float(c[sel].mean())
+
+    def subset(self, keep: Callable[[str], bool]) -> SettingResult:
+        """The runs whose case label passes `keep`, anchors recomputed (unless fixed)."""
+        sel = np.array([keep(c) for c in self.cases], dtype=bool)
+        stats = {}
+        for p, st in self.stats.items():
+            costs = [c for c, k in zip(st.costs, sel, strict=True) if k]
+            w = [x for x, k in zip(st.weights, sel, strict=True) if k] if st.weights else []
+            stats[p] = PolicyStats(costs, st.misses, w)
+        od, sp = self.od_costs[sel], self.spot_costs[sel]
+        anchors = self.setting.anchors or (
+            (float(od.mean()), float(sp.mean())) if sel.any() else (math.nan, math.nan)
+        )
+        return SettingResult(
+            self.setting, int(sel.sum()), stats, anchors[0], anchors[1], od, sp,
+            [c for c, k in zip(self.clusters, sel, strict=True) if k],
+            [c for c, k in zip(self.cases, sel, strict=True) if k],
+        )  # fmt: skip
+
+    def published_status(self) -> tuple[bool, str]:
+        """(show the published figures?, the sentence saying why)."""
+        chk = self.setting.check
+        if not self.setting.published:
+            return False, ""
+        if chk is None or chk.policy not in self.stats:
+            return False, "published figures dropped: no in-run baseline to check them against"
+        pub = self.setting.published[chk.key]
+        if self.setting.published_kind == "score":
+            got = self.score(chk.policy)
+            unit = "score"
+        else:
+            got = self.case_mean(chk.policy, chk.case)
+            unit = "$"
+        where = f" on the {chk.case} windows" if chk.case else ""
+        ok = abs(got - pub) <= chk.tolerance
+        verdict = "reproduces" if ok else "does NOT reproduce"
+        msg = (
+            f"in-run {chk.policy} {unit} {got:.2f}{where} {verdict} the published "
+            f"{chk.key} {pub:g} (tolerance +-{chk.tolerance:g})"
+        )
+        if not ok:
+            msg += ": different simulator, published figures not shown"
+        return ok, msg
 
 
 def _even_starts(n_ticks: int, length: int, count: int) -> tuple[int, ...]:
@@ -89,12 +234,16 @@ def single_region(windows: int = 30) -> Setting:
         for deadline in (52.0, 70.0):
             for overhead in (0.02, 0.05, 0.1):
                 job = Job(48.0, deadline, overhead)
-                cases.append(Case(f"{name} d={deadline:g} o={overhead:g}", trace, starts, job))
+                label = f"{name} d={deadline:g} o={overhead:g}"
+                cases.append(Case(label, trace, starts, job, cluster=name))
     return Setting(
         "single-region",
         "single region (2022 us-west-2a/2b, 8 traces)",
         tuple(cases),
+        # The leaderboard measured these on 6 of the traces (which ones is not published):
+        # shown only if our greedy lands on its greedy.
         {"greedy": 28.0, "best published": 51.0},
+        check=PublishedCheck("greedy", "greedy", 3.0),
     )
 
 
@@ -126,16 +275,27 @@ SKYNOMAD_JOB = Job(
 )
 
 
-def skynomad_3zone() -> Setting:
+SKYNOMAD_EXTRA = 19  # more start times, evenly spaced, beyond the artifact's five
+
+
+def skynomad_3zone(extra: int = SKYNOMAD_EXTRA) -> Setting:
+    """The artifact's five windows (the published figures are checked on these) plus
+    `extra` evenly spaced start times over the same trace."""
     full = v100_2023().select(SKYNOMAD_ZONES)
     starts = tuple(round(h * 3600 / 195) for h in SKYNOMAD_START_HOURS)
+    length = math.ceil(SKYNOMAD_JOB.deadline / full.gap_hours)
+    more = tuple(s for s in _even_starts(full.n_ticks, length, extra + 2)[1:-1] if s)
+    cases = [Case("published 5", full, starts, SKYNOMAD_JOB)]
+    if extra:
+        cases.append(Case(f"{len(more)} more", full, more, SKYNOMAD_JOB))
     return Setting(
         "skynomad-3zone",
         "SkyNomad V100 3 zones (us-east-1c/2b, us-west-2a; o=0.2 h, $1/migration)",
-        (Case("3 zones", full, starts, SKYNOMAD_JOB),),
+        tuple(cases),
         {"optimal": 37.37, "SkyNomad": 41.73, "UP(S)": 47.02},
         published_kind="cost",
         dp_units=4,
+        check=PublishedCheck("uniform-progress", "UP(S)", 0.05 * 47.02, "published 5"),
     )
 
 
@@ -177,7 +337,7 @@ def adrs_multi(quick: bool = False) -> Setting:
         flat = Trace(sel.zones, sel.gap_hours, sel.available,
                      np.full(sel.available.shape, ADRS_SPOT), full.on_demand_price,
                      sel.regions, f"{full.name} {label}")  # fmt: skip
-        cases.append(Case(label, flat, starts[: 1 if quick else n], ADRS_JOB))
+        cases.append(Case(label, flat, starts[: 1 if quick else n], ADRS_JOB, cluster=label))
     return Setting(
         "adrs-multi",
         "ADRS cant_be_late_multi (2023 V100, 6 zone sets, flat $0.9731 spot, o=0.2 h)",
@@ -187,22 +347,115 @@ def adrs_multi(quick: bool = False) -> Setting:
         dp_units=4,
         anchors=(full.on_demand_price * ADRS_JOB.work, ADRS_SPOT * ADRS_JOB.work),
         mean_of_cases=True,
+        check=PublishedCheck("uniform-progress", "baseline (initial program)", 2.0),
     )  # fmt: skip
 
 
 def settings(quick: bool = False) -> list[Setting]:
     if quick:
-        single = single_region(windows=3)
-        single = Setting(
-            single.key, single.title, tuple(c for c in single.cases if "o=0.1" in c.label),
-            single.published,
-        )  # fmt: skip
+        single = single_region(windows=2)
+        single = replace(single, cases=tuple(c for c in single.cases if "d=52 o=0.1" in c.label))
         multi = multi_region(windows=3)
-        multi = Setting(
-            multi.key, multi.title, multi.cases[-1:], multi.published, dp_units=multi.dp_units
-        )
-        return [single, multi, skynomad_3zone(), adrs_multi(quick=True)]
-    return [single_region(), multi_region(), skynomad_3zone(), adrs_multi()]
+        multi = replace(multi, cases=multi.cases[-1:])
+        return [single, multi, skynomad_3zone(extra=0), adrs_multi(quick=True),
+                price_spike(quick=True)]  # fmt: skip
+    return [single_region(), multi_region(), skynomad_3zone(), adrs_multi(), price_spike()]
+
+
+# ---- price spikes (synthetic, on the test split) ---------------------------------------
+
+SPIKE_SEED = 2026
+SPIKES_PER_DAY = 0.5  # per zone
+SPIKE_HOURS = (1.0, 8.0)
+SPIKE_LEVEL = (1.1, 3.0)  # x on-demand
+
+
+def with_spikes(trace: Trace, seed: int = SPIKE_SEED) -> Trace:
+    """`trace` with price spikes laid over its real prices: per zone, spikes start at
+    SPIKES_PER_DAY (Poisson), last SPIKE_HOURS and reach SPIKE_LEVEL x on-demand (uniform).
+    Availability is unchanged: the spot market keeps the instance, at the spiked price."""
+    rng = np.random.default_rng(seed)
+    price = trace.spot_price.copy()
+    g = trace.gap_hours
+    for z in range(price.shape[0]):
+        n = rng.poisson(SPIKES_PER_DAY * trace.n_ticks * g / 24.0)
+        for start in rng.integers(0, trace.n_ticks, n):
+            length = max(1, round(rng.uniform(*SPIKE_HOURS) / g))
+            level = rng.uniform(*SPIKE_LEVEL) * trace.on_demand_price
+            sl = slice(int(start), int(start) + length)
+            price[z, sl] = np.maximum(price[z, sl], level)
+    return Trace(trace.zones, g, trace.available, price, trace.on_demand_price, trace.regions,
+                 f"{trace.name} +spikes")  # fmt: skip
+
+
+def price_spike(quick: bool = False) -> Setting:
+    """Test split, 2023 second half: the 3-zone test set and us-west-2a alone, with spikes."""
+    full = v100_2023()
+    half = full.n_ticks // 2
+    job = Job(48.0, 60.0, 0.2)
+    length = math.ceil(job.deadline / full.gap_hours)
+    n = 2 if quick else 20
+    starts = tuple(half + s for s in _even_starts(full.n_ticks - half, length, n))
+    cases = []
+    for zones in (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)):
+        spiky = with_spikes(full.select(zones))
+        label = f"{len(zones)} zone{'s' if len(zones) > 1 else ''} ({', '.join(zones)})"
+        cases.append(Case(label, spiky, starts, job))
+    return Setting(
+        "price-spike",
+        "price spikes to 1.1-3x on-demand (synthetic, on real 2023 prices; 48 h, 60 h, o=0.2)",
+        tuple(cases),
+        dp_units=4,
+        windows=describe(Split.TEST),
+    )
+
+
+# ---- the overhead x slack sweep (test split by default) ---------------------------------
+
+SWEEP_OVERHEADS = (0.02, 0.1, 0.2, 0.5, 1.0)
+SWEEP_SLACKS = (1.05, 1.2, 1.5, 2.0)
+SWEEP_LENGTHS = (12.0, 48.0, 96.0)
+SWEEP_WINDOWS = 2  # per trace / zone set, length and cell
+
+
+def is_multi_zone(case_label: str) -> bool:
+    """Sweep case labels name their zone set ("2023 3 zones (...) w=48")."""
+    return " zones (" in case_label
+
+
+def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
+    """One setting per (overhead, slack) cell; each holds every period of the split at every
+    task length. No DP here (too large at 96 h); scores use the in-run anchors."""
+    overheads, slacks, lengths, n = SWEEP_OVERHEADS, SWEEP_SLACKS, SWEEP_LENGTHS, SWEEP_WINDOWS
+    pers = periods(split)
+    if quick:
+        overheads, slacks, lengths, n = (0.05, 1.0), (1.2,), (12.0,), 1
+        pers = [pers[0], pers[-1]]
+    out = []
+    for o in overheads:
+        for k in slacks:
+            cases = []
+            for w in lengths:
+                job = Job(w, w * k, o)
+                if job.deadline - w < 2 * o:  # no room for one restart even on on-demand
+                    continue
+                for per in pers:
+                    length = math.ceil(job.deadline / per.trace.gap_hours - 1e-9)
+                    hist = round(HISTORY_HOURS / per.trace.gap_hours)
+                    lo = max(per.lo, hist)  # every window gets its week of history
+                    starts = tuple(int(x) for x in np.linspace(lo, per.hi - length, n + 2)[1:-1])
+                    cases.append(Case(f"{per.label} w={w:g}", per.trace, starts, job,
+                                      cluster=per.label))  # fmt: skip
+            out.append(
+                Setting(
+                    f"sweep o={o:g} slack={k:g}",
+                    f"overhead {o:g} h, deadline {k:g}x the task",
+                    tuple(cases),
+                    windows=describe(split),
+                    policies=ONLINE,
+                )
+            )
+    return out
 
 
 HISTORY_HOURS = 7 * 24.0  # what a daemon running for a week has seen of each pool
@@ -239,15 +492,19 @@ class CaseResult:
     misses: dict[str, int]
     od_costs: list[float]
     spot_costs: list[float]
+    label: str = ""
+    clusters: list[str] = field(default_factory=list)
 
 
 def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult:
     """All policies over every window of one case (picklable: runs in worker processes)."""
-    res = CaseResult({p: [] for p in policies}, dict.fromkeys(policies, 0), [], [])
+    res = CaseResult({p: [] for p in policies}, dict.fromkeys(policies, 0), [], [], case.label)
     job = case.job
-    for win, past in _windows_with_history(case):
+    for s, (win, past) in zip(case.starts, _windows_with_history(case), strict=True):
+        res.clusters.append(case.cluster or f"{case.label}@{s}")
         res.od_costs.append((job.work + job.restart_overhead) * win.on_demand_price)
-        cheapest = float(win.spot_price.mean(axis=1).min())
+        # spot at its own price, capped at on-demand (above it one would run on-demand)
+        cheapest = float(np.minimum(win.spot_price, win.on_demand_price).mean(axis=1).min())
         res.spot_costs.append((job.work + job.restart_overhead) * cheapest)
         for name in policies:
             if name == "optimal":
@@ -263,17 +520,22 @@ def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult
 def collect(setting: Setting, results: list[CaseResult]) -> SettingResult:
     names = tuple(results[0].costs) if results else ()
     stats = {p: PolicyStats() for p in names}
-    od, spot = [], []
+    od, spot, clusters, cases = [], [], [], []
     for r in results:
         od += r.od_costs
         spot += r.spot_costs
+        clusters += r.clusters or [r.label] * len(r.od_costs)
+        cases += [r.label] * len(r.od_costs)
         for p in names:
             stats[p].costs += r.costs[p]
             stats[p].misses += r.misses[p]
             if setting.mean_of_cases:
                 stats[p].weights += [1.0 / len(r.costs[p])] * len(r.costs[p])
     od_cost, spot_cost = setting.anchors or (float(np.mean(od)), float(np.mean(spot)))
-    return SettingResult(setting, len(od), stats, od_cost, spot_cost)
+    return SettingResult(
+        setting, len(od), stats, od_cost, spot_cost, np.asarray(od), np.asarray(spot),
+        clusters, cases,
+    )  # fmt: skip
 
 
 def run_setting(
@@ -283,6 +545,7 @@ def run_setting(
 ) -> SettingResult:
     """Serial run of one setting (the CLI runs cases in a process pool instead)."""
     results = []
+    policies = setting.policies or policies
     for i, case in enumerate(setting.cases):
         if progress:
             progress(f"{setting.key}: case {i + 1}/{len(setting.cases)} {case.label}")

@@ -17,6 +17,7 @@ Model, per tick of `gap_hours`:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from scheduler.budget import BudgetRule, BudgetStatus, Window, max_affordable_price, must_stop
@@ -59,9 +60,13 @@ def simulate(
     policy: Policy,
     finish_late: bool = True,
     history: Trace | None = None,
+    adversary: Callable[[int, Action | None, list[bool]], list[bool]] | None = None,
 ) -> Outcome:
     """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
-    policies that learn (the daemon has been watching the pools before the job came)."""
+    policies that learn (the daemon has been watching the pools before the job came).
+
+    `adversary(tick, running, available)` may rewrite each tick's availability from what
+    the policy is running (an adaptive adversary, e.g. one that kills every spot launch)."""
     g = trace.gap_hours
     zones = trace.zones
     zindex = {z: i for i, z in enumerate(zones)}
@@ -94,6 +99,8 @@ def simulate(
     for t in range(n_ticks):
         elapsed = t * g
         avail = avail_rows[t]
+        if adversary is not None:
+            avail = adversary(t, place, avail)
         if place is not None and place.kind is ActionKind.SPOT and not avail[zindex[place.zone]]:
             out.interruptions += 1
             if job.checkpoint_interval > 0:
@@ -117,6 +124,9 @@ def simulate(
             on_demand_price=od_price,
             tick_hours=g,
             migration_cost=_migration(trace, job, ckpt_region),
+            spent=out.cost,
+            checkpoint_interval=job.checkpoint_interval,
+            work_at_risk=done - ckpt if job.checkpoint_interval > 0 else 0.0,
         )
         policy.observe(obs)
         action = policy.decide(obs)

@@ -17,9 +17,22 @@ def test_bench_deadline_quick_json() -> None:
     doc = json.loads(result.stdout)
     assert doc["benchmark"] == "deadline" and doc["quick"] is True
     keys = [s["setting"] for s in doc["settings"]]
-    assert keys == ["single-region", "multi-region", "skynomad-3zone", "adrs-multi"]
+    assert keys == ["single-region", "multi-region", "skynomad-3zone", "adrs-multi", "price-spike"]
+    by_key = {s["setting"]: s for s in doc["settings"]}
+    # published figures only where the in-run baseline reproduces them
+    sky = by_key["skynomad-3zone"]
+    assert "reproduces" in sky["published_check"] and sky["published"]["UP(S)"] == 47.02
+    adrs = by_key["adrs-multi"]
+    assert "different simulator" in adrs["published_check"] and adrs["published"] == {}
+    assert "test split" in by_key["price-spike"]["windows_from"]
     for s in doc["settings"]:
         rows = {r["policy"]: r for r in s["policies"]}
+        for r in rows.values():
+            lo, hi = r["score_ci95"]
+            assert lo is None or lo - 1e-6 <= r["score"] <= hi + 1e-6 or s["clusters"] < 3
+            assert 0.0 <= r["worse_than_up_pct"] <= 100.0
+        assert rows["uniform-progress"]["worse_than_up_pct"] == 0.0
+        assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6
         assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise", "optimal"}
         assert rows["optimal"]["ratio_to_optimal"] == pytest.approx(1.0)
         if s["setting"] == "adrs-multi":  # fixed anchors 3.06 x 48, 0.9731 x 48
@@ -32,6 +45,29 @@ def test_bench_deadline_quick_json() -> None:
             assert r["avg_cost_usd"] >= rows["optimal"]["avg_cost_usd"] - 1e-6
         assert rows["spotwise"]["deadline_misses"] == 0
         assert rows["spotwise"]["avg_cost_usd"] < rows["on-demand"]["avg_cost_usd"]
+
+
+@pytest.mark.timeout(120)
+def test_bench_deadline_sweep_quick_json() -> None:
+    result = CliRunner().invoke(bench_app, ["deadline", "--sweep", "--quick", "-o", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["sweep"] is True and doc["split"] == "test"
+    assert [s["setting"] for s in doc["settings"]] == [
+        "sweep o=0.05 slack=1.2",
+        "sweep o=1 slack=1.2",
+    ]
+    for s in doc["settings"]:
+        rows = {r["policy"]: r for r in s["policies"]}
+        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise"}
+        assert s["runs"] == 2 and s["windows_from"].startswith("test split")
+        assert rows["spotwise"]["deadline_misses"] == 0
+        assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6
+        assert "score" in s["spotwise_minus_best_baseline"]
+        assert s["spotwise_minus_best_single_zone"]["runs"] == 1  # one 2022 trace
+        assert s["spotwise_minus_best_multi_zone"]["runs"] == 1  # one zone set
+    table = CliRunner().invoke(bench_app, ["deadline", "--sweep", "--quick"])
+    assert table.exit_code == 0 and "spotwise - best" in table.stdout
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,74 @@
+"""The train/test split of the shipped traces.
+
+Constants in the policies are tuned on TRAIN only; `spotwise bench deadline --sweep` and the
+price-spike setting report on TEST (and say so). The published-protocol settings (single
+region, multi region, SkyNomad, ADRS) use the windows their protocol fixes, which overlap
+both halves: their output is labelled "protocol windows (train + test)".
+
+- 2022 single-zone traces (27 days, same period): zones split, us-west-2a = train,
+  us-west-2b = test.
+- 2023 nine-zone V100 trace (45.5 days): periods AND zones split. Train = the first half of
+  the ticks on us-east-1a/1d, us-east-2a, us-west-2b; test = the second half on us-east-1c/1f,
+  us-east-2b, us-west-2a/2c. (A test window may be preceded by history from the first half:
+  that is what a running daemon would have seen, not an outcome.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from .datasets import cbl_2022, v100_2023
+from .trace import Trace
+
+
+class Split(StrEnum):
+    TRAIN = "train"
+    TEST = "test"
+
+
+ZONES_2022 = {Split.TRAIN: "us-west-2a", Split.TEST: "us-west-2b"}
+ZONES_2023 = {
+    Split.TRAIN: ("us-east-1a", "us-east-1d", "us-east-2a", "us-west-2b"),
+    Split.TEST: ("us-east-1c", "us-east-1f", "us-east-2b", "us-west-2a", "us-west-2c"),
+}
+ZONE_SETS_2023 = {
+    Split.TRAIN: (("us-east-1a", "us-east-1d"), ("us-east-2a", "us-west-2b"),
+                  ZONES_2023[Split.TRAIN]),
+    Split.TEST: (("us-east-1c", "us-east-2b", "us-west-2a"), ("us-east-1f", "us-west-2c"),
+                 ZONES_2023[Split.TEST]),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Period:
+    """A trace and the tick range [lo, hi) that windows of this split must lie in."""
+
+    label: str
+    trace: Trace
+    lo: int
+    hi: int
+    multi_zone: bool
+
+
+def periods(split: Split) -> list[Period]:
+    """Single-zone traces first, then the multi-zone sets."""
+    out = []
+    for name, t in cbl_2022().items():
+        if name.startswith(ZONES_2022[split]):
+            out.append(Period(name, t, 0, t.n_ticks, False))
+    full = v100_2023()
+    half = full.n_ticks // 2
+    lo, hi = (0, half) if split is Split.TRAIN else (half, full.n_ticks)
+    for zone in ZONES_2023[split]:
+        out.append(Period(f"2023 {zone}", full.select((zone,)), lo, hi, False))
+    for zones in ZONE_SETS_2023[split]:
+        label = f"2023 {len(zones)} zones ({', '.join(zones)})"
+        out.append(Period(label, full.select(zones), lo, hi, True))
+    return out
+
+
+def describe(split: Split) -> str:
+    z23 = ", ".join(ZONES_2023[split])
+    half = "first" if split is Split.TRAIN else "second"
+    return f"{split.value} split: 2022 {ZONES_2022[split]} traces; 2023 {half} half on {z23}"
