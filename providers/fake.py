@@ -251,7 +251,8 @@ class FakeCloud:
 
     def running(self) -> list[Instance]:
         with self._lock:
-            return [self._view(i) for i in self.instances.values() if i.live]
+            views = [self._view(i) for i in self.instances.values()]
+            return [v for v in views if v.live]
 
     @staticmethod
     def capacity_failure(pool: str) -> LaunchFailure:

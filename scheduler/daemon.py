@@ -218,7 +218,7 @@ class Daemon:
             self.metrics.serve(self.config.daemon.metrics_port)
         systemd.notify("STATUS=first price poll")
         # Budgets first: a restarted daemon enforces hard limits before it launches anything.
-        self.reconciler.poll_prices()
+        self._run_task("poll_prices")
         self._run_task("accrue")
         self._run_task("reconcile")
         self._scheduler = BackgroundScheduler(

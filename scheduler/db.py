@@ -108,7 +108,12 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
             f"the database schema is at revision {before}, which this spotwise does not know "
             "(it is newer): upgrade spotwise"
         )
-    with engine.begin() as conn:
+    with engine.connect() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            # Batch migrations rebuild tables that others reference: foreign keys are checked
+            # again once the schema is whole (the pragma is a no-op inside a transaction).
+            conn.exec_driver_sql("PRAGMA foreign_keys=OFF")
         cfg = _alembic_config(conn)
         if (
             before == LEGACY_REVISION
@@ -116,6 +121,9 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
         ):
             command.stamp(cfg, LEGACY_REVISION)
         command.upgrade(cfg, "head")
+        conn.commit()
+        if sqlite:
+            conn.exec_driver_sql("PRAGMA foreign_keys=ON")
     return before, head
 
 

@@ -20,6 +20,7 @@ STOP_ENDS = {
     "budget": AttemptEnd.BUDGET,
     "policy": AttemptEnd.MIGRATED,
     "price": AttemptEnd.MIGRATED,
+    "launch_timeout": AttemptEnd.LAUNCH_FAILED,
 }
 
 
@@ -100,11 +101,11 @@ class Transition:
 def settle(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
     """The job's next state after `last` ended."""
     waiting = JobState.RECOVERING if job.recoveries else JobState.PENDING
-    if job.cancel_requested or last.end is AttemptEnd.CANCELLED:
-        return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
     end = last.end
-    if end is AttemptEnd.FINISHED:
+    if end is AttemptEnd.FINISHED:  # DONE is in the store: a late cancel changes nothing
         return Transition(JobState.SUCCEEDED, "finished", "succeeded")
+    if job.cancel_requested or end is AttemptEnd.CANCELLED:
+        return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
     if end is AttemptEnd.FAILED:
         why = f"the job exited with code {last.exit_code}"
         return Transition(JobState.FAILED, why, "failed", "warning")

@@ -9,6 +9,7 @@ two steps is repaired by the next pass. Budget accrual and enforcement run as th
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 
 from sqlalchemy.engine import Engine
@@ -30,6 +31,8 @@ from scheduler.models import Attempt, AttemptState
 from scheduler.store import CheckpointStores
 
 __all__ = ["CatalogHolder", "CrashForTest", "Reconciler"]
+
+log = logging.getLogger("spotwise.reconcile")
 
 # Placement rounds per pass: a capacity error sends the job to its next offering at once.
 LAUNCH_ROUNDS = 4
@@ -131,15 +134,30 @@ class Reconciler:
         """One level-triggered pass."""
         # Budgets are checked first in every pass too (database work only): a delayed accrue
         # task never leaves a hard limit unguarded for longer than one reconcile interval.
-        self.spend.accrue()
-        self.instances.observe()
-        self.stops.step()
-        intents = self.jobs.step()
+        self._guarded("accrue", self.spend.accrue)
+        self._guarded("stop", self.stops.step)
+        self._guarded("observe", self.instances.observe)
+        intents: list[str] = []
+
+        def step_jobs() -> None:
+            intents.extend(self.jobs.step())
+
+        self._guarded("jobs", step_jobs)
         if intents:
             self.steps("after_intent")
-        self._launch(intents)
-        self.stops.step()  # a stop requested this pass (cancel) goes out now
-        self.leaks.collect()
+        self._guarded("launch", lambda: self._launch(intents))
+        self._guarded("stop", self.stops.step)  # a stop requested this pass goes out now
+        self._guarded("leaks", self.leaks.collect)
+
+    def _guarded(self, name: str, fn: Callable[[], None]) -> None:
+        """One failing step (a database error, an adapter bug) never skips the others: the
+        budget stops in particular must go out even when observing the clouds fails."""
+        try:
+            fn()
+        except CrashForTest:
+            raise
+        except Exception:
+            log.exception("reconcile step %s failed; the pass goes on", name)
 
     def _launch(self, intents: list[str]) -> None:
         """Launch new intents, adopt or relaunch old ones; jobs whose pool had no capacity get

@@ -27,6 +27,7 @@ from providers.base import (
     Provider,
     ProviderError,
     ResourceRef,
+    TaggedResource,
     TransientError,
 )
 from scheduler.catalog import Catalog
@@ -151,6 +152,7 @@ class Clouds:
             try:
                 out[key] = Result(value=fut.result(timeout=left))
             except FutureTimeout:
+                fut.cancel()  # still queued behind hung calls: never run it late
                 out[key] = Result(
                     error=CallTimeout(f"{calls[key][0]}: no answer in {self.timeout:g}s")
                 )
@@ -238,3 +240,7 @@ def terminating(refs: list[ResourceRef]) -> Callable[[Provider], None]:
 
 def finding(token: str, region: str) -> Callable[[Provider], list[Instance]]:
     return lambda p: p.find_by_token(token, region)
+
+
+def listing(owner: str) -> Callable[[Provider], list[TaggedResource]]:
+    return lambda p: p.list_tagged(owner)

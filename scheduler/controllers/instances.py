@@ -27,6 +27,7 @@ from scheduler.controllers.base import (
     mark_unavailable,
     safe_message,
 )
+from scheduler.controllers.spend import request_stop
 from scheduler.lifecycle import Ended, classify_end
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, PoolState
 from scheduler.store import CheckpointStores, StoreError
@@ -119,6 +120,10 @@ class InstanceController:
             except StoreError as e:
                 with self.db.write() as s:
                     a = s.get(Attempt, x.attempt_id)
+                    if a is not None and a.ended_at is None:
+                        # Billing stops when the instance did; the outcome waits for the store.
+                        a.ended_at = min(inst.ended_at or now, now)
+                        s.add(a)
                     msg = f"cannot read the checkpoint store ({e}); will retry"
                     if a is not None and a.detail != msg:
                         a.detail = msg
@@ -165,6 +170,19 @@ class InstanceController:
             emit(
                 s, now, "running", f"{a.instance_id} on {a.pool}", job_id=a.job_id, attempt_id=a.id
             )
+        timeout = self._config().daemon.launch_timeout
+        if (
+            inst.state is InstanceState.PENDING
+            and a.stop_requested_at is None
+            and now - a.created_at > timeout
+        ):
+            # A launch that never completes (a GCE operation, an Azure poller stuck): stop
+            # what may start, count it as a failed launch, and try the pool again later.
+            request_stop(s, a, "launch_timeout", now)
+            why = f"the launch did not complete within {timeout}"
+            a.detail = why
+            mark_unavailable(s, a.pool, why, now, self._config().daemon.unavailable_ttl)
+            emit(s, now, "launch_timeout", why, job_id=a.job_id, attempt_id=a.id, level="warning")
         if inst.notice_at is not None and a.notice_at is None:
             a.notice_at = inst.notice_at
             emit(

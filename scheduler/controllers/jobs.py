@@ -420,6 +420,11 @@ class JobController:
             )
             job.not_before = now + timedelta(seconds=delay)
             if job.step_failures >= cfg.quarantine_after:
+                # A job that keeps failing must not keep an instance running (and billed).
+                for a in s.exec(
+                    select(Attempt).where(Attempt.job_id == job_id, col(Attempt.state).in_(LIVE))
+                ).all():
+                    request_stop(s, a, "quarantine", now)
                 job.state = JobState.FAILED
                 job.reason = f"quarantined after {job.step_failures} failed steps: {msg}"
                 emit(s, now, "quarantined", job.reason, job_id=job_id, level="error")

@@ -128,16 +128,27 @@ class LaunchController:
             for a, job, provider in ready:
                 err = claim_errors.get(a.id)
                 if err is not None:
+                    msg = f"cannot claim the checkpoint store: {err}"
+                    if now - a.created_at > self._config().daemon.launch_timeout:
+                        # The job's own store is unusable: this job's problem, not the pool's.
+                        self._fail_in(s, a.id, AttemptEnd.REJECTED, msg, now)
+                        out.append(LaunchOutcome(a.id, launched=False))
+                        continue
+                    out.append(LaunchOutcome(a.id, launched=True))  # retried next pass
+                    fresh_a = s.get(Attempt, a.id)
+                    if fresh_a is None or fresh_a.detail == msg:
+                        continue  # said once, not every pass
+                    fresh_a.detail = msg
+                    s.add(fresh_a)
                     emit(
                         s,
                         now,
                         "store_unwritable",
-                        f"cannot claim the checkpoint store: {err}",
+                        msg,
                         job_id=job.id,
                         attempt_id=a.id,
                         level="warning",
                     )
-                    out.append(LaunchOutcome(a.id, launched=True))  # retried next pass
                     continue
                 fresh = s.get(Attempt, a.id)
                 if (

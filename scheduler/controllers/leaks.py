@@ -15,7 +15,7 @@ from providers.base import TAG_ATTEMPT, TAG_JOB, ResourceKind, TaggedResource
 from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
-from scheduler.controllers.base import LIVE, Clouds, Db, safe_message, terminating
+from scheduler.controllers.base import LIVE, Clouds, Db, listing, safe_message, terminating
 from scheduler.models import Attempt, LeakSeen
 
 
@@ -32,7 +32,9 @@ class LeakController:
         clouds = self._clouds()
         cfg = self._config()
         owner = cfg.daemon.owner
-        listed = clouds.gather({n: (n, lambda p: p.list_tagged(owner)) for n in clouds})
+        listed = clouds.gather(
+            {n: (n, listing(clouds.providers[n].capabilities.label(owner))) for n in clouds}
+        )
         now = self.clock.now()
         with self.db.read() as s:
             live = {
@@ -63,9 +65,10 @@ class LeakController:
                 orphans[res.ref.id] = (name, res)
         due: dict[str, tuple[str, TaggedResource]] = {}
         with self.db.write() as s:
+            failed = {name for name, r in listed.items() if r.error is not None}
             for rid, row in seen.items():
-                if rid not in orphans:
-                    s.delete(row)  # adopted, ended or gone: forget it
+                if rid not in orphans and row.provider not in failed:
+                    s.delete(row)  # adopted, ended or gone (a failed listing proves nothing)
             for rid, (name, res) in orphans.items():
                 known = seen.get(rid)
                 if known is None:

@@ -20,10 +20,11 @@ class PriceController:
         clock: Clock,
         clouds: Callable[[], Clouds],
         catalog: CatalogHolder,
-        before_swap: Callable[[Catalog], None] | None = None,
+        reprice: Callable[[Catalog, Callable[[], None]], None] | None = None,
     ) -> None:
-        # Called with the new catalog before it takes effect (spend reprices at that moment).
-        self.before_swap = before_swap
+        # Called with the new catalog and the swap to make (spend charges up to the moment
+        # the prices change, and the swap happens inside its write).
+        self.reprice = reprice
         self.db = db
         self.clock = clock
         self._clouds = clouds  # re-read each pass: a reload may change the providers
@@ -64,9 +65,10 @@ class PriceController:
                     offerings.append(o)
         self._record_price_changes(old, offerings, now)
         new = Catalog(offerings)
-        if self.before_swap is not None:
-            self.before_swap(new)
-        self.holder.set(new, provider_of)
+        if self.reprice is not None:
+            self.reprice(new, lambda: self.holder.set(new, provider_of))
+        else:
+            self.holder.set(new, provider_of)
 
     def _record_price_changes(self, old: Catalog, new: list[Offering], now: datetime) -> None:
         before = {o.pool: o.price_per_hour for o in old}

@@ -70,15 +70,17 @@ class SpendController:
         with self.db.write() as s:
             self.enforce(s, now)
 
-    def reprice(self, new: Catalog) -> None:
-        """New prices are about to take effect: charge everything up to now at the prices
-        that were in effect, switch running attempts to the new ones, and re-check budgets
-        against the new burn at once (a price rise must not wait for the next accrual)."""
+    def reprice(self, new: Catalog, swap: Callable[[], None]) -> None:
+        """New prices take effect now: charge everything up to now at the prices that were in
+        effect, switch running attempts to the new ones and swap the catalog in the same
+        write (no accrual can slip in between), then re-check budgets against the new burn
+        at once (a price rise must not wait for the next accrual)."""
         now = self.clock.now()
         with self.db.write() as s:
             self._accrue(s, now, new)
+            swap()
         with self.db.write() as s:
-            self.enforce(s, now, new)
+            self.enforce(s, now)
 
     def _accrue(self, s: Session, now: datetime, prices: Catalog) -> None:
         """Prices are piecewise constant between polls: each interval is charged at the price
@@ -96,8 +98,10 @@ class SpendController:
         for a, job_name, team in rows:
             assert a.started_at is not None
             start = a.accrued_until or a.started_at
-            ended = a.state is AttemptState.ENDED and a.ended_at is not None
-            end = a.ended_at if ended and a.ended_at is not None else now
+            # An attempt whose instance ended but whose outcome is unsettled (store unreadable)
+            # carries ended_at already: billing stops there too.
+            ended = a.ended_at is not None
+            end = a.ended_at if a.ended_at is not None else now
             price = a.billed_price or a.price_per_hour
             delta = 0.0
             if end != start:
@@ -186,9 +190,7 @@ class SpendController:
                 total += (a.billed_price or a.price_per_hour) * hours(now - start)
         return total
 
-    def enforce(
-        self, s: Session, now: datetime, prices: Catalog | None = None
-    ) -> list[budgets.BudgetStatus]:
+    def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
         """Publish every budget; stop what would cross a hard limit before the next check."""
         hold = self.hold_hours()
         statuses = self.statuses(s, now)

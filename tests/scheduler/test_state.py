@@ -124,6 +124,15 @@ def _legacy_database(path: Path) -> None:
             "('j-old', 'old', 'default', '{}', 'SUCCEEDED', 'finished', 'file:///x', "
             "'2026-01-01 00:00:00', '2026-01-01 00:00:00', 0, 1, 0, 1.5)"
         )
+        conn.exec_driver_sql(
+            "INSERT INTO attempt (id, job_id, number, token, provider, cloud, region, zone, "
+            "instance_type, market, pool, price_per_hour, gpu_count, state, instance_id, "
+            "created_at, started_at, ended_at, end_reason, cost_usd) VALUES ('j-old-a1', "
+            "'j-old', 1, 'spotwise-j-old-a1', 'local', 'aws', 'us-east-1', 'us-east-1a', "
+            "'p3.2xlarge', 'spot', 'aws/us-east-1a/p3.2xlarge/spot', 1.5, 1, 'ENDED', 'i-1', "
+            "'2026-01-01 00:00:00', '2026-01-01 00:00:00', '2026-01-01 01:00:00', "
+            "'finished', 1.5)"
+        )
         conn.exec_driver_sql("INSERT INTO schemaversion (id, version) VALUES (1, 1)")
 
 
@@ -139,5 +148,19 @@ def test_a_0_1_database_is_migrated_in_place(tmp_path):
     assert current_revision(engine) == head_revision()
     rows = sqlite3.connect(db).execute("SELECT id, cost_usd, failures FROM job").fetchall()
     assert rows == [("j-old", 1.5, 0)]
+    # Spend accrued under 0.1 is kept once: not charged again, and counted by budgets.
+    from scheduler.clock import SimClock
+    from scheduler.config import BudgetSettings
+    from scheduler.reconcile import Reconciler
+
+    cfg = Config(
+        daemon=DaemonSettings(database_url=url, state_dir=tmp_path),
+        budgets=[BudgetSettings(name="all", limit_usd=100, window="total")],
+    )
+    Reconciler(engine, cfg, {}, SimClock()).accrue()
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT cost_usd FROM attempt").fetchall() == [(1.5,)]
+    assert con.execute("SELECT SUM(usd) FROM spendbucket").fetchone() == (1.5,)
+    assert con.execute("SELECT spent_usd FROM budgetspend").fetchone() == (1.5,)
     tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
     assert "schemaversion" not in tables and {"spendbucket", "daemonlease"} <= tables

@@ -108,6 +108,66 @@ def upgrade() -> None:
         )
         batch_op.create_index(batch_op.f("ix_job_updated_at"), ["updated_at"], unique=False)
 
+    _backfill()
+
+
+def _backfill() -> None:
+    """Spend already accrued by 0.1 (cost_usd, recomputed as price x hours each pass) is kept:
+    accrual resumes where 0.1 left off, and one spend bucket per attempt carries it (at the
+    hour the attempt started) so budgets keep counting it."""
+    from datetime import timedelta
+
+    bind = op.get_bind()
+    rows = bind.execute(
+        sa.text(
+            "SELECT a.id, a.job_id, j.name, j.team, a.cloud, a.started_at, a.ended_at, "
+            "a.cost_usd, a.price_per_hour FROM attempt a JOIN job j ON a.job_id = j.id "
+            "WHERE a.started_at IS NOT NULL"
+        )
+    ).all()
+    dt = scheduler.models.UTCDateTime()
+    buckets = []
+    for aid, job_id, name, team, cloud, started, ended, cost, price in rows:
+        started = dt.process_result_value(_as_dt(started), bind.dialect)
+        ended = dt.process_result_value(_as_dt(ended), bind.dialect)
+        if ended is not None:
+            until = ended
+        else:
+            until = started + timedelta(hours=(cost or 0.0) / price) if price else started
+        bind.execute(
+            sa.text(
+                "UPDATE attempt SET accrued_until = :u, billed_price = price_per_hour WHERE id = :i"
+            ),
+            {"u": dt.process_bind_param(until, bind.dialect), "i": aid},
+        )
+        if cost:
+            hour = started.replace(minute=0, second=0, microsecond=0)
+            buckets.append(
+                {"hour": hour, "attempt_id": aid, "job_id": job_id, "job_name": name,
+                 "team": team, "cloud": cloud, "usd": cost}
+            )  # fmt: skip
+    if buckets:
+        table = sa.table(
+            "spendbucket",
+            sa.column("hour", scheduler.models.UTCDateTime()),
+            sa.column("attempt_id"),
+            sa.column("job_id"),
+            sa.column("job_name"),
+            sa.column("team"),
+            sa.column("cloud"),
+            sa.column("usd"),
+        )
+        op.bulk_insert(table, buckets)
+
+
+def _as_dt(value):  # type: ignore[no-untyped-def]
+    """SQLite hands back text for a raw SELECT; other databases a datetime."""
+    from datetime import datetime
+
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return value
+
 
 def downgrade() -> None:
     with op.batch_alter_table("job", schema=None) as batch_op:
