@@ -1,8 +1,12 @@
-"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers."""
+"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers.
+
+One field name per concept in every document: `cost_usd` is what a job or attempt has cost,
+`instance_id` the provider's instance id; budgets keep `spent_usd` (a window's spend).
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
 from typing import Any
 
@@ -12,7 +16,17 @@ from sqlmodel import Session, col, func, select
 
 from scheduler.config import Config
 from scheduler.jobs import resolve
-from scheduler.models import Attempt, AttemptState, BudgetSpend, Event, Job
+from scheduler.models import Attempt, AttemptState, BudgetSpend, Event, Job, JobState
+
+# Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
+JSON_VERSION = 2
+# Finished jobs older than this are hidden from `status` unless --all (sky --skip-finished).
+FINISHED_VISIBLE = timedelta(hours=1)
+
+
+def document(**fields: Any) -> dict[str, Any]:
+    """Every -o json document starts with its format version, so scripts can check it."""
+    return {"version": JSON_VERSION, **fields}
 
 
 def json_default(value: Any) -> Any:
@@ -59,10 +73,10 @@ def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
         "region": live.region if live else None,
         "zone": live.zone if live else None,
         "instance_type": live.instance_type if live else None,
-        "instance": live.instance_id if live else None,
+        "instance_id": live.instance_id if live else None,
         "market": live.market if live else None,
         "price_per_hour": live.price_per_hour if live else None,
-        "spent_usd": round(j.cost_usd, 6),
+        "cost_usd": round(j.cost_usd, 6),
         "attempts": j.attempts,
         "recoveries": j.recoveries,
         "progress_step": j.progress_step,
@@ -74,10 +88,20 @@ def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
     }
 
 
-def job_rows(engine: Engine) -> list[dict[str, Any]]:
-    """Every job with its latest attempt: two queries, whatever the history."""
+def job_rows(
+    engine: Engine, *, states: list[str] | None = None, team: str | None = None
+) -> list[dict[str, Any]]:
+    """Jobs with their latest attempt (two queries, whatever the history), active first,
+    then newest first."""
     with Session(engine) as s:
-        jobs = s.exec(select(Job).order_by(col(Job.created_at))).all()
+        q = select(Job)
+        if states:
+            q = q.where(col(Job.state).in_([JobState(x.upper()) for x in states]))
+        if team:
+            q = q.where(Job.team == team.strip().lower())
+        jobs = sorted(
+            s.exec(q).all(), key=lambda j: (j.state.terminal, -j.created_at.timestamp(), j.id)
+        )
         last = (
             select(Attempt.job_id, func.max(Attempt.number).label("n"))
             .group_by(Attempt.job_id)
@@ -93,6 +117,14 @@ def job_rows(engine: Engine) -> list[dict[str, Any]]:
             ).all()
         }
         return [_job_row(j, latest.get(j.id)) for j in jobs]
+
+
+def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[str, Any]], int]:
+    """The rows a person wants by default: finished jobs only while recent. Returns the rows
+    kept and how many were left out (so the table can say so)."""
+    cutoff = now - FINISHED_VISIBLE
+    kept = [r for r in rows if not JobState(r["state"]).terminal or r["updated_at"] >= cutoff]
+    return kept, len(rows) - len(kept)
 
 
 def _event_row(e: Event) -> dict[str, Any]:
@@ -115,7 +147,6 @@ def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
         ).all()
         events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
         row = _job_row(job, attempts[-1] if attempts else None)
-        row["cost_usd"] = row.pop("spent_usd")
         return {
             "job": row,
             "attempts": [_attempt_row(a) for a in attempts],
