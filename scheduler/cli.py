@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import logging
 import os
 import sys
 import time
@@ -126,19 +125,23 @@ def _money(x: float | None) -> str:
 
 
 @app.command()
-def daemon(config: ConfigOpt = None) -> None:
+def daemon(
+    config: ConfigOpt = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="DEBUG, INFO, WARNING or ERROR (else $SPOTWISE_LOG_LEVEL, log_level)"),
+    ] = None,
+) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
     import signal
 
     # Until the daemon installs its own handlers, a SIGHUP must not end the process.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from scheduler.daemon import Daemon
+    from scheduler.logging_setup import configure, resolve_level
 
     cfg = load_config(config)
-    logging.basicConfig(
-        level=cfg.daemon.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure(resolve_level(cfg.daemon.log_level, log_level))
     raise typer.Exit(Daemon(config).run())
 
 
@@ -453,8 +456,8 @@ def show(
     output: OutputOpt = Output.table,
 ) -> None:
     """One job: attempts, events, cost."""
-    _, engine = _engine(config)
-    doc = views.job_detail(engine, job)
+    cfg, engine = _engine(config)
+    doc = views.job_detail(engine, job, cfg)
     if output is Output.json:
         _print_json(views.document(**doc))
         return
@@ -496,7 +499,33 @@ def _print_show(doc: dict[str, Any]) -> None:
             )
         )
     out.print(t)
+    if doc["attempts"]:
+        _print_attempt_logs(doc["attempts"][-1])
     _print_events(doc["events"])
+
+
+FAILED_TAIL = 10  # stderr lines `show` prints for a failed attempt
+
+
+def _print_attempt_logs(a: dict[str, Any]) -> None:
+    """Where the latest attempt's output is and, when it failed, the end of its stderr."""
+    logs = a["logs"]
+    if logs.get("available"):
+        out.print(f"logs {logs['dir']}  (spotwise logs JOB)", markup=False, highlight=False)
+    else:
+        out.print(f"logs: {logs['note']}", markup=False, highlight=False)
+        if logs.get("console_command"):
+            out.print(f"console: {logs['console_command']}", markup=False, highlight=False)
+    failed = a["end_reason"] == "failed" or (a["exit_code"] not in (None, 0, 75))
+    if failed and logs.get("available"):
+        lines = views.tail(Path(logs["stderr"]), FAILED_TAIL)
+        out.print(
+            f"last {len(lines)} lines of stderr (attempt {a['number']}):",
+            markup=False,
+            highlight=False,
+        )
+        for line in lines:
+            out.print(f"  {line}", markup=False, highlight=False)
 
 
 def _when(ts: datetime | None) -> str:
@@ -517,6 +546,112 @@ def _print_events(events: list[dict[str, Any]]) -> None:
             Text(e["message"]),
         )
     out.print(t)
+
+
+def follow(
+    paths: list[Path],
+    running: Any,
+    write: Any,
+    *,
+    interval: float = 0.5,
+    sleep: Any = time.sleep,
+) -> None:
+    """tail -f over several files until `running()` is false and nothing new is left: a
+    file that does not exist yet is waited for, a line is written whole."""
+    offsets = dict.fromkeys(paths, 0)
+    partial = dict.fromkeys(paths, "")
+    while True:
+        alive = running()
+        got = False
+        for p in paths:
+            try:
+                with p.open("rb") as f:
+                    f.seek(offsets[p])
+                    data = f.read()
+                    offsets[p] = f.tell()
+            except OSError:
+                continue
+            if data:
+                got = True
+                text = partial[p] + data.decode(errors="replace")
+                *lines, partial[p] = text.split("\n")
+                for line in lines:
+                    write(line)
+        if not alive and not got:
+            for p in paths:
+                if partial[p]:
+                    write(partial[p])
+            return
+        sleep(interval)
+
+
+class Stream(StrEnum):
+    both = "both"
+    stdout = "stdout"
+    stderr = "stderr"
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="Job id, id prefix or name")],
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", "-a", help="Attempt number (default: latest)")
+    ] = None,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the attempt ends")
+    ] = False,
+    stream: Annotated[Stream, typer.Option(help="both, stdout or stderr")] = Stream.both,
+    config: ConfigOpt = None,
+) -> None:
+    """A job's stdout and stderr (the local market's files; for clouds, where they are)."""
+    cfg, engine = _engine(config)
+    doc = views.job_detail(engine, job, cfg)
+    attempts = doc["attempts"]
+    if not attempts:
+        raise UserError(f"job {doc['job']['id']} has no attempts yet: it has not been placed")
+    chosen = (
+        attempts[-1]
+        if attempt is None
+        else next((a for a in attempts if a["number"] == attempt), None)
+    )
+    if chosen is None:
+        have = ", ".join(str(a["number"]) for a in attempts)
+        raise UserError(f"job {doc['job']['id']} has no attempt {attempt} (attempts: {have})")
+    where = chosen["logs"]
+    if not where.get("available"):
+        err.print(where["note"], markup=False, highlight=False)
+        if where.get("console_command"):
+            err.print(f"console output: {where['console_command']}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    names = ["stdout", "stderr"] if stream is Stream.both else [stream.value]
+    paths = [Path(where[n]) for n in names]
+
+    def write(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    if not follow_:
+        for p in paths:
+            if len(paths) > 1:
+                write(f"==> {p.name} <==")
+            try:
+                sys.stdout.write(p.read_text(errors="replace"))
+            except OSError:
+                err.print(f"{p}: not written yet", markup=False, highlight=False)
+        return
+    attempt_id = chosen["id"]
+
+    def running() -> bool:
+        from sqlmodel import Session
+
+        from scheduler.models import Attempt, AttemptState
+
+        with Session(engine) as s:
+            row = s.get(Attempt, attempt_id)
+            return row is not None and row.state is not AttemptState.ENDED
+
+    with contextlib.suppress(KeyboardInterrupt):
+        follow(paths, running, write)
 
 
 @app.command()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -139,7 +140,70 @@ def _event_row(e: Event) -> dict[str, Any]:
     }
 
 
-def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
+# Where each cloud's instance wrapper (providers/*/userdata.py, startup.py) writes the job's
+# output: on the instance's disk, not uploaded anywhere.
+_CLOUD_LOG = "/var/log/spotwise/job.log"
+_CONSOLE = {
+    "aws": "aws ec2 get-console-output --region {region} --instance-id {id}",
+    "gcp": "gcloud compute instances get-serial-port-output {id} --zone {zone}",
+    "azure": "az vm boot-diagnostics get-boot-log --ids {id}",
+}
+
+
+def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
+    """Where an attempt's stdout and stderr are: files this machine can read (the local
+    market) or, for a cloud instance, where the wrapper left them and how to get the console."""
+    iid = a.get("instance_id")
+    if not iid:
+        return {"available": False, "note": "the attempt never got an instance"}
+    if a.get("provider") == "local":
+        d = local_instance_dir(config, iid)
+        return {
+            "available": True,
+            "dir": str(d),
+            "stdout": str(d / "stdout.log"),
+            "stderr": str(d / "stderr.log"),
+        }
+    console = _CONSOLE.get(a.get("cloud") or "", "")
+    note = (
+        f"stdout and stderr are in {_CLOUD_LOG} on {a.get('cloud')} instance {iid} (not "
+        "uploaded; gone once the instance is deleted)"
+    )
+    return {
+        "available": False,
+        "path_on_instance": _CLOUD_LOG,
+        "console_command": console.format(id=iid, region=a.get("region"), zone=a.get("zone"))
+        if console
+        else None,
+        "note": note,
+    }
+
+
+def local_instance_dir(config: Config | None, instance_id: str) -> Path:
+    """LocalMarket.instance_dir without starting a market (no trace load, no mkdir)."""
+    from scheduler.adapters import local_settings
+
+    if config is not None and config.providers.local is not None:
+        root = local_settings(config).resolved_state_dir()
+    else:  # the market was configured away since: its default place under state_dir
+        root = (config or Config()).daemon.resolved_state_dir() / "local"
+    return root / "instances" / instance_id
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a text file (reads at most the last 64 KiB)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - 65536, 0))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()[-lines:]
+
+
+def job_detail(engine: Engine, ref: str, config: Config | None = None) -> dict[str, Any]:
     with Session(engine) as s:
         job = resolve(s, ref)
         attempts = s.exec(
@@ -149,9 +213,14 @@ def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
         row = _job_row(job, attempts[-1] if attempts else None)
         return {
             "job": row,
-            "attempts": [_attempt_row(a) for a in attempts],
+            "attempts": [_with_logs(config, _attempt_row(a)) for a in attempts],
             "events": [_event_row(e) for e in events],
         }
+
+
+def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
+    row["logs"] = attempt_logs(config, row)
+    return row
 
 
 def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, Any]]:
