@@ -843,6 +843,30 @@ def db_upgrade(config: ConfigOpt = None) -> None:
         out.print(f"{where}: schema {before or 'empty'} -> {after}", markup=False, highlight=False)
 
 
+service_app = typer.Typer(help="Run the daemon as a systemd service.", no_args_is_help=True)
+app.add_typer(service_app, name="service")
+
+
+@service_app.command("install")
+def service_install(
+    root: Annotated[
+        Path | None,
+        typer.Option(help="Stage into this directory; commands are recorded, not run"),
+    ] = None,
+    uninstall: Annotated[
+        bool, typer.Option("--uninstall", help="Remove the unit (config and state are kept)")
+    ] = False,
+) -> None:
+    """User, venv, config, unit and tmpfiles for the daemon; safe to run again."""
+    from scheduler import service
+
+    report = service.uninstall(root) if uninstall else service.install(root)
+    for line in report.lines():
+        out.print(line, markup=False, highlight=False)
+    if not uninstall and report.ran:
+        out.print("next: systemctl enable --now spotwise", markup=False, highlight=False)
+
+
 @app.command()
 def demo(
     workdir: Annotated[Path | None, typer.Option(help="Keep the demo's state here")] = None,
