@@ -776,6 +776,63 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
     out.print(t)
 
 
+def _since(text: str | None, now: datetime) -> datetime | None:
+    """'7d' (back from now) or an ISO time; None for no bound."""
+    if not text:
+        return None
+    from datetime import UTC
+
+    from providers.settings import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except (ValueError, TypeError):
+        pass
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{text!r} is neither a duration (7d, 12h) nor an ISO time") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+class CostBy(StrEnum):
+    team = "team"
+    job = "job"
+    cloud = "cloud"
+    day = "day"
+
+
+@app.command()
+def cost(
+    by: Annotated[CostBy, typer.Option("--by", help="team, job, cloud or day")] = CostBy.team,
+    since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO time")] = "30d",
+    until: Annotated[str | None, typer.Option(help="ISO time or duration ago")] = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
+    cfg, engine = _engine(config)
+    now = clock_for(cfg).now()
+    start, end = _since(since, now), _since(until, now)
+    rows = views.cost_rows(engine, by.value, start, end)
+    total = round(sum(r["cost_usd"] for r in rows), 6)
+    if output is Output.json:
+        _print_json(
+            views.document(by=by.value, since=start, until=end, total_usd=total, costs=rows)
+        )
+        return
+    span = f"since {_when(start)}" if start else "all time"
+    t = Table(title=f"cost by {by.value}, {span}", title_justify="left")
+    cols = [by.value.upper()] + (["NAME"] if by is CostBy.job else []) + ["JOBS", "COST"]
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("JOBS", "COST") else "left")
+    for r in rows:
+        cells = [r[by.value]] + ([r["name"]] if by is CostBy.job else [])
+        t.add_row(*(Text(x) for x in cells), str(r["jobs"]), _money(r["cost_usd"]))
+    t.add_row(Text("total", style="bold"), *([""] * (len(cols) - 2)), _money(total))
+    out.print(t)
+
+
 @app.command()
 def events(
     job: Annotated[str | None, typer.Option("--job", "-j", help="Only this job")] = None,

@@ -17,7 +17,15 @@ from sqlmodel import Session, col, func, select
 
 from scheduler.config import Config
 from scheduler.jobs import resolve
-from scheduler.models import Attempt, AttemptState, BudgetSpend, Event, Job, JobState
+from scheduler.models import (
+    Attempt,
+    AttemptState,
+    BudgetSpend,
+    Event,
+    Job,
+    JobState,
+    SpendBucket,
+)
 
 # Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
 JSON_VERSION = 2
@@ -257,6 +265,57 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+COST_GROUPS = ("team", "job", "cloud", "day")
+
+
+def cost_rows(
+    engine: Engine, by: str, since: datetime | None, until: datetime | None
+) -> list[dict[str, Any]]:
+    """What was spent, grouped, from the hourly spend buckets budgets use (so the report and
+    the budgets always agree). An hour's bucket counts when any of its hour is in the window."""
+    key = {
+        "team": col(SpendBucket.team),
+        "job": col(SpendBucket.job_id),
+        "cloud": col(SpendBucket.cloud),
+        "day": func.date(col(SpendBucket.hour)),
+    }[by]
+    q = select(
+        key,
+        func.max(SpendBucket.job_name),
+        func.sum(SpendBucket.usd),
+        func.count(func.distinct(SpendBucket.job_id)),
+        func.min(SpendBucket.hour),
+        func.max(SpendBucket.hour),
+    )
+    if since is not None:
+        q = q.where(col(SpendBucket.hour) > since - timedelta(hours=1))
+    if until is not None:
+        q = q.where(col(SpendBucket.hour) < until)
+    with Session(engine) as s:
+        found = s.exec(q.group_by(key)).all()
+    rows = [
+        {
+            by: str(k) if k is not None else "",
+            **({"name": name} if by == "job" else {}),
+            "cost_usd": round(float(usd or 0.0), 6),
+            "jobs": int(n),
+            "first_hour": _aware(first),
+            "last_hour": _aware(last),
+        }
+        for k, name, usd, n, first, last in found
+    ]
+    rows.sort(key=lambda r: (r[by] if by == "day" else -r["cost_usd"], r[by]))
+    return rows
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def live_offerings(
