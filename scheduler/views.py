@@ -281,7 +281,8 @@ def cost_rows(
         "cloud": col(SpendBucket.cloud),
         "day": func.date(col(SpendBucket.hour)),
     }[by]
-    q = select(
+    # sqlalchemy's select: sqlmodel's is typed for at most four columns.
+    q = sa.select(
         key,
         func.max(SpendBucket.job_name),
         func.sum(SpendBucket.usd),
@@ -294,7 +295,7 @@ def cost_rows(
     if until is not None:
         q = q.where(col(SpendBucket.hour) < until)
     with Session(engine) as s:
-        found = s.exec(q.group_by(key)).all()
+        found = s.execute(q.group_by(key)).all()
     rows = [
         {
             by: str(k) if k is not None else "",
