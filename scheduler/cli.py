@@ -440,11 +440,16 @@ def status(
         if failing:
             raise typer.Exit(3)
         return
-    with Live(render()[0], console=out, refresh_per_second=4) as live:
+
+    def frame() -> Any:
+        body = render()[0]
+        return Text(body) if isinstance(body, str) else body  # never markup
+
+    with Live(frame(), console=out, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(interval)
-                live.update(render()[0])
+                live.update(frame())
         except KeyboardInterrupt:
             pass
 

@@ -42,6 +42,7 @@ TMPFILES_TEXT = (
     "# spotwise (spotwise service install); members of group spotwise may run the CLI\n"
     "d /etc/spotwise 0750 root spotwise -\n"
     "d /var/lib/spotwise 0770 spotwise spotwise -\n"
+    "z /etc/spotwise/spotwise.toml 0640 root spotwise -\n"
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -104,6 +105,7 @@ def test_install_into_a_staging_root_writes_everything_and_runs_nothing(tmp_path
     assert re.search(r"^u spotwise - .* /var/lib/spotwise$", sysusers, re.M)
     tmpfiles = (tmp_path / service.TMPFILES).read_text()
     assert "d /var/lib/spotwise 0770 spotwise spotwise -" in tmpfiles
+    assert "z /etc/spotwise/spotwise.toml 0640 root spotwise -" in tmpfiles  # daemon reads it
     config = tmp_path / service.CONFIG
     assert config.stat().st_mode & 0o777 == 0o640
     cfg = load_config(config)  # the installed config is valid and points at the unit's state
@@ -142,3 +144,31 @@ def test_a_real_install_needs_root(monkeypatch):
     monkeypatch.setattr(service.os, "geteuid", lambda: 1000)
     with pytest.raises(UserError, match="run it as root"):
         service.install(None)
+
+
+def test_sysusers_and_tmpfiles_entries_apply_in_a_staging_root(tmp_path):
+    sysusers, tmpfiles = shutil.which("systemd-sysusers"), shutil.which("systemd-tmpfiles")
+    if sysusers is None or tmpfiles is None:
+        pytest.skip("systemd-sysusers/systemd-tmpfiles not installed (apt-get install systemd)")
+    if os.geteuid() != 0:
+        pytest.skip("systemd-tmpfiles needs root to set owners")
+    service.install(tmp_path)
+    (tmp_path / "etc/passwd").touch()
+    (tmp_path / "etc/group").touch()
+    for cmd in (
+        [sysusers, f"--root={tmp_path}", str(tmp_path / service.SYSUSERS)],
+        [tmpfiles, f"--root={tmp_path}", "--create", str(tmp_path / service.TMPFILES)],
+    ):
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    user = next(
+        line.split(":")
+        for line in (tmp_path / "etc/passwd").read_text().splitlines()
+        if line.startswith("spotwise:")
+    )
+    assert user[5] == "/var/lib/spotwise" and user[6].endswith("nologin")
+    uid, gid = int(user[2]), int(user[3])
+    state = (tmp_path / "var/lib/spotwise").stat()
+    assert (state.st_uid, state.st_gid, state.st_mode & 0o777) == (uid, gid, 0o770)
+    conf = (tmp_path / service.CONFIG).stat()
+    assert (conf.st_uid, conf.st_gid, conf.st_mode & 0o777) == (0, gid, 0o640)
