@@ -442,8 +442,14 @@ def status(
         return
 
     def frame() -> Any:
+        from rich.console import Group
+
         body = render()[0]
-        return Text(body) if isinstance(body, str) else body  # never markup
+        parts = [Text(body) if isinstance(body, str) else body]  # never markup
+        now_warning = _daemon_warning(engine, cfg)
+        if now_warning:  # the stale-daemon footer, kept current while watching
+            parts.append(Text(f"warning: {now_warning}", style="yellow"))
+        return Group(*parts)
 
     with Live(frame(), console=out, refresh_per_second=4) as live:
         try:

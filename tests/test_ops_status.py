@@ -191,3 +191,15 @@ def test_show_and_events_print_dates_and_zones(world, monkeypatch):
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
     r = _invoke(world, "events")
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
+
+
+def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):
+    w = make_ops_world(tmp_path, beat=False)
+
+    def stop(_s: float) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.time, "sleep", stop)
+    r = _invoke(w, "status", "--watch")
+    assert r.exit_code == 0, r.output
+    assert "warning: no spotwise daemon has run" in r.stdout and w.ids["pending"] in r.stdout
