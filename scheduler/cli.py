@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import logging
+import os
 import sys
 import time
 from datetime import datetime
@@ -15,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from scheduler import views
 from scheduler.adapters import clock_for
@@ -22,22 +24,51 @@ from scheduler.config import load_config
 from scheduler.db import open_existing, redact_url
 from scheduler.errors import UserError
 from scheduler.jobspec import load_jobspec
+from scheduler.models import JobState
 
 app = typer.Typer(
     name="spotwise",
     help="Cost-aware Spot GPU scheduler: live prices, budgets, interruption-safe jobs.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
 )
 out = Console()
-if not out.is_terminal:  # piped or captured: wide enough that tables do not fold
-    out = Console(width=200)
+if not out.is_terminal and not os.environ.get("COLUMNS"):
+    out = Console(width=200)  # piped or captured: wide enough that tables do not fold
 err = Console(stderr=True)
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("spotwise")
+    except Exception:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"spotwise {_version()}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Cost-aware Spot GPU scheduler: live prices, budgets, interruption-safe jobs."""
 
 
 class Output(StrEnum):
     table = "table"
+    wide = "wide"  # every column (status), as kubectl's -o wide
     json = "json"
 
 
@@ -94,19 +125,23 @@ def _money(x: float | None) -> str:
 
 
 @app.command()
-def daemon(config: ConfigOpt = None) -> None:
+def daemon(
+    config: ConfigOpt = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(help="DEBUG, INFO, WARNING or ERROR (else $SPOTWISE_LOG_LEVEL, log_level)"),
+    ] = None,
+) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
     import signal
 
     # Until the daemon installs its own handlers, a SIGHUP must not end the process.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     from scheduler.daemon import Daemon
+    from scheduler.logging_setup import configure, resolve_level
 
     cfg = load_config(config)
-    logging.basicConfig(
-        level=cfg.daemon.log_level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure(resolve_level(cfg.daemon.log_level, log_level))
     raise typer.Exit(Daemon(config).run())
 
 
@@ -132,85 +167,295 @@ def submit(
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
     if output is Output.json:
-        _print_json({"id": job.id, "name": job.name, "state": job.state.value})
+        _print_json(views.document(id=job.id, name=job.name, state=job.state.value))
     else:
         out.print(job.id)
 
 
-def _status_table(rows: list[dict[str, Any]]) -> Table:
-    t = Table(title="spotwise jobs", title_justify="left")
-    for name, kw in (
-        ("ID", {}),
-        ("NAME", {}),
-        ("STATE", {}),
-        ("WHERE", {}),
-        ("INSTANCE", {}),
-        ("MARKET", {}),
-        ("$/H", {"justify": "right"}),
-        ("SPENT", {"justify": "right"}),
-        ("PROGRESS", {"justify": "right"}),
-        ("RECOV", {"justify": "right"}),
-        ("REASON", {}),
-    ):
-        t.add_column(name, no_wrap=name != "REASON", justify=kw.get("justify", "left"))  # type: ignore[arg-type]
-    colors = {
-        "RUNNING": "green",
-        "SUCCEEDED": "bold green",
-        "FAILED": "red",
-        "HELD": "yellow",
-        "RECOVERING": "magenta",
-        "CANCELLED": "dim",
+def _age(seconds: float) -> str:
+    """kubectl-style age: 45s, 12m, 3h, 2d."""
+    seconds = max(seconds, 0.0)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size * (2 if unit != "m" else 1):
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+# Status columns in display order, each with its keep-priority (0 always kept; lower kept
+# first when the terminal is narrow). REASON stays last so it can wrap or be cut.
+_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("ID", 0),
+    ("NAME", 0),
+    ("STATE", 0),
+    ("AGE", 0),
+    ("TEAM", 8),
+    ("WHERE", 3),
+    ("INSTANCE", 6),
+    ("MARKET", 7),
+    ("$/H", 2),
+    ("COST", 1),
+    ("PROGRESS", 4),
+    ("RECOV", 5),
+    ("REASON", 0),
+)
+_RIGHT = {"$/H", "COST", "PROGRESS", "RECOV", "AGE"}
+_GAP = 2  # spaces between columns, in both the Rich and the plain rendering
+_MIN_NAME, _MIN_REASON = 16, 30  # what NAME and REASON keep before extras are added
+_STATE_STYLE = {
+    "RUNNING": "green",
+    "SUCCEEDED": "bold green",
+    "FAILED": "red",
+    "HELD": "yellow",
+    "RECOVERING": "magenta",
+    "CANCELLED": "dim",
+}
+
+
+def _status_cells(r: dict[str, Any], now: datetime) -> dict[str, str]:
+    prog = f"{r['progress_step'] or 0}/{r['total_steps']}" if r["total_steps"] else "-"
+    return {
+        "ID": r["id"],
+        "NAME": r["name"],
+        "STATE": r["state"],
+        "AGE": _age((now - r["created_at"]).total_seconds()),
+        "TEAM": r["team"],
+        "WHERE": "/".join(x for x in (r["cloud"], r["region"], r["zone"]) if x) or "-",
+        "INSTANCE": r["instance_id"] or "-",
+        "MARKET": r["market"] or "-",
+        "$/H": _money(r["price_per_hour"]) if r["price_per_hour"] else "-",
+        "COST": _money(r["cost_usd"]),
+        "PROGRESS": prog,
+        "RECOV": str(r["recoveries"]),
+        "REASON": r["reason"] or "-",
     }
-    for r in rows:
-        where = "/".join(x for x in (r["cloud"], r["region"], r["zone"]) if x) or "-"
-        prog = f"{r['progress_step']}/{r['total_steps']}" if r["total_steps"] else "-"
-        state = r["state"]
+
+
+def _pick_columns(cells: list[dict[str, str]], width: int | None, wide: bool) -> list[str]:
+    """The columns that fit `width`: ID, NAME, STATE, AGE and REASON always (ID never cut),
+    then the others by priority while they fit at their natural width."""
+    if wide or width is None:
+        return [c for c, _ in _COLUMNS] if wide else [c for c, p in _COLUMNS if p == 0]
+    natural = {c: max([len(c)] + [len(row[c]) for row in cells]) for c, _ in _COLUMNS}
+    chosen = {c for c, p in _COLUMNS if p == 0}
+    used = sum(natural[c] for c in ("ID", "STATE", "AGE")) + _GAP * 4
+    used += min(natural["NAME"], _MIN_NAME) + min(natural["REASON"], _MIN_REASON)
+    for c, _ in sorted((x for x in _COLUMNS if x[1]), key=lambda x: x[1]):
+        if used + natural[c] + _GAP <= width:
+            chosen.add(c)
+            used += natural[c] + _GAP
+    return [c for c, _ in _COLUMNS if c in chosen]
+
+
+def _fit(cols: list[str], cells: list[dict[str, str]], width: int | None) -> dict[str, int]:
+    """Column widths for the plain rendering; NAME then REASON give way when too wide."""
+    w = {c: max([len(c)] + [len(row[c]) for row in cells]) for c in cols}
+    if width is None:
+        return w
+    over = sum(w.values()) + _GAP * (len(cols) - 1) - width
+    for c, floor in (("REASON", _MIN_REASON), ("NAME", _MIN_NAME), ("REASON", 8)):
+        if over > 0 and c in w:
+            cut = min(over, max(w[c] - floor, 0))
+            w[c] -= cut
+            over -= cut
+    return w
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+
+
+def status_plain(
+    rows: list[dict[str, Any]],
+    now: datetime,
+    *,
+    width: int | None,
+    wide: bool = False,
+    headers: bool = True,
+) -> list[str]:
+    """Whitespace-separated columns for pipes and scripts (kubectl's layout): no box, no
+    colour; cut to `width` only when a width is known ($COLUMNS)."""
+    cells = [_status_cells(r, now) for r in rows]
+    cols = _pick_columns(cells, width or 80, wide)
+    w = _fit(cols, cells, None if wide else width)
+    lines = []
+    for row in ([{c: c for c in cols}] if headers else []) + cells:
+        parts = []
+        for c in cols:
+            text = _cut(row[c], w[c])
+            parts.append(text if c == cols[-1] else text.ljust(w[c]))
+        lines.append((" " * _GAP).join(parts).rstrip())
+    return lines
+
+
+def status_table(
+    rows: list[dict[str, Any]],
+    now: datetime,
+    *,
+    width: int,
+    wide: bool = False,
+    headers: bool = True,
+) -> Table:
+    """The terminal rendering: the same columns as the plain one, state in colour, NAME and
+    REASON folding onto more lines rather than pushing the table past the terminal."""
+    cells = [_status_cells(r, now) for r in rows]
+    cols = _pick_columns(cells, width, wide)
+    t = Table(
+        box=None,
+        show_header=headers,
+        header_style="bold",
+        pad_edge=False,
+        padding=(0, _GAP // 2),
+        show_edge=False,
+    )
+    for c in cols:
+        wrap = c in ("NAME", "REASON")
+        t.add_column(
+            c,
+            no_wrap=not wrap,
+            overflow="fold" if wrap else "ellipsis",
+            justify="right" if c in _RIGHT else "left",
+            min_width=len(cells[0][c]) if c == "ID" and cells else None,
+        )
+    for row in cells:
         t.add_row(
-            r["id"],
-            r["name"],
-            f"[{colors.get(state, 'white')}]{state}[/]",
-            where,
-            r["instance"] or "-",
-            r["market"] or "-",
-            _money(r["price_per_hour"]) if r["price_per_hour"] else "-",
-            _money(r["spent_usd"]),
-            prog,
-            str(r["recoveries"]),
-            r["reason"],
+            *(
+                Text(row[c], style=_STATE_STYLE.get(row[c], "") if c == "STATE" else "")
+                for c in cols
+            )
         )
     return t
+
+
+def _terminal_width() -> int | None:
+    """$COLUMNS when set, the terminal's width on a terminal, else None (no limit)."""
+    env = os.environ.get("COLUMNS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return out.width if out.is_terminal else None
+
+
+def _stream_changes(produce: Any, interval: float, count: int | None) -> None:
+    """One compact JSON document per line, each time the document changes (NDJSON)."""
+    last = None
+    sent = 0
+    while count is None or sent < count:
+        text = json.dumps(produce(), default=views.json_default, sort_keys=True)
+        if text != last:
+            sys.stdout.write(text + "\n")
+            sys.stdout.flush()
+            last = text
+            sent += 1
+            if count is not None and sent >= count:
+                return
+        time.sleep(interval)
+
+
+StateOpt = Annotated[
+    list[str] | None,
+    typer.Option("--state", "-s", help="Only jobs in this state (repeatable; e.g. running)"),
+]
 
 
 @app.command()
 def status(
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: Annotated[Output, typer.Option("--output", "-o", help="table, wide or json")] = (
+        Output.table
+    ),
+    state: StateOpt = None,
+    team: Annotated[str | None, typer.Option("--team", "-t", help="Only this team")] = None,
+    all_jobs: Annotated[
+        bool, typer.Option("--all", "-a", help="Include jobs that finished over an hour ago")
+    ] = False,
+    no_headers: Annotated[bool, typer.Option("--no-headers", help="No header line")] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between refreshes")] = 2.0,
+    count: Annotated[int | None, typer.Option(hidden=True, help="Stop after N documents")] = None,
 ) -> None:
-    """One row per job: where it runs, what it costs, why it waits."""
+    """One row per job, active and newest first: what it is doing and why."""
+    states = [x for s in state or [] for x in s.split(",") if x]
+    known = {x.value for x in JobState}
+    bad = [x for x in states if x.upper() not in known]
+    if bad:
+        raise UserError(f"unknown state {bad[0]!r}: use one of {', '.join(sorted(known))}")
     cfg, engine = _engine(config)
+    clock = clock_for(cfg)
+
+    def rows() -> list[dict[str, Any]]:
+        return views.job_rows(engine, states=states, team=team)
+
+    def shown() -> tuple[list[dict[str, Any]], int]:
+        # Scripts (-o json) get every job; people get finished ones only while recent.
+        all_rows = rows()
+        return (all_rows, 0) if all_jobs or states else views.hide_finished(all_rows, clock.now())
+
     warning = _daemon_warning(engine, cfg)
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
     if output is Output.json:
-        _print_json({"jobs": views.job_rows(engine), "daemon_warning": warning})
+        if watch:
+            with contextlib.suppress(KeyboardInterrupt):
+                _stream_changes(
+                    lambda: views.document(
+                        jobs=rows(), daemon_warning=_daemon_warning(engine, cfg)
+                    ),
+                    interval,
+                    count,
+                )
+            return
+        _print_json(views.document(jobs=rows(), daemon_warning=warning))
         if failing:
             raise typer.Exit(3)
         return
+    wide = output is Output.wide
+    width = _terminal_width()
+
+    def render() -> tuple[Any, int]:
+        now = clock.now()
+        job_list, hidden = shown()
+        headers = not no_headers
+        if out.is_terminal:
+            return status_table(
+                job_list, now, width=width or 80, wide=wide, headers=headers
+            ), hidden
+        lines = status_plain(job_list, now, width=width, wide=wide, headers=headers)
+        return "\n".join(lines), hidden
+
     if not watch:
-        out.print(_status_table(views.job_rows(engine)))
+        body, hidden = render()
+        if isinstance(body, str):
+            if body:
+                sys.stdout.write(body + "\n")
+        else:
+            out.print(body)
+        if hidden:
+            err.print(
+                f"{hidden} job(s) that finished over an hour ago hidden: --all shows them",
+                markup=False,
+                highlight=False,
+            )
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
         if failing:
             raise typer.Exit(3)
         return
-    with Live(_status_table(views.job_rows(engine)), console=out, refresh_per_second=4) as live:
+
+    def frame() -> Any:
+        from rich.console import Group
+
+        body = render()[0]
+        parts = [Text(body) if isinstance(body, str) else body]  # never markup
+        now_warning = _daemon_warning(engine, cfg)
+        if now_warning:  # the stale-daemon footer, kept current while watching
+            parts.append(Text(f"warning: {now_warning}", style="yellow"))
+        return Group(*parts)
+
+    with Live(frame(), console=out, refresh_per_second=4) as live:
         try:
             while True:
                 time.sleep(interval)
-                live.update(_status_table(views.job_rows(engine)))
+                live.update(frame())
         except KeyboardInterrupt:
             pass
 
@@ -222,35 +467,81 @@ def show(
     output: OutputOpt = Output.table,
 ) -> None:
     """One job: attempts, events, cost."""
-    _, engine = _engine(config)
-    doc = views.job_detail(engine, job)
+    cfg, engine = _engine(config)
+    doc = views.job_detail(engine, job, cfg)
     if output is Output.json:
-        _print_json(doc)
+        _print_json(views.document(**doc))
         return
+    _print_show(doc)
+
+
+def _print_show(doc: dict[str, Any]) -> None:
+    """Header lines, the attempts and the events; user text (names, reasons) is never markup."""
     j = doc["job"]
-    out.print(f"[bold]{j['id']}[/] {j['name']} ({j['team']})  [bold]{j['state']}[/]  {j['reason']}")
-    cost = _money(j["cost_usd"])
-    out.print(f"cost {cost}  recoveries {j['recoveries']}  checkpoint {j['checkpoint_uri']}")
+    head = Text()
+    head.append(j["id"], style="bold")
+    head.append(f" {j['name']} ({j['team']})  ")
+    head.append(j["state"], style=_STATE_STYLE.get(j["state"], "bold"))
+    head.append(f"  {j['reason']}")
+    out.print(head)
+    out.print(
+        f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  "
+        f"created {_when(j['created_at'])}  checkpoint {j['checkpoint_uri']}",
+        markup=False,
+        highlight=False,
+    )
     t = Table(title="attempts", title_justify="left")
     for c in ("#", "POOL", "INSTANCE", "$/H", "STARTED", "ENDED", "END", "COST"):
         t.add_column(c)
     for a in doc["attempts"]:
         t.add_row(
-            str(a["number"]),
-            a["pool"],
-            a["instance_id"] or "-",
-            _money(a["price_per_hour"]),
-            _short(a["started_at"]),
-            _short(a["ended_at"]),
-            a["end_reason"] or a["state"],
-            _money(a["cost_usd"]),
+            *(
+                Text(x)
+                for x in (
+                    str(a["number"]),
+                    a["pool"],
+                    a["instance_id"] or "-",
+                    _money(a["price_per_hour"]),
+                    _when(a["started_at"]),
+                    _when(a["ended_at"]),
+                    a["end_reason"] or a["state"],
+                    _money(a["cost_usd"]),
+                )
+            )
         )
     out.print(t)
+    if doc["attempts"]:
+        _print_attempt_logs(doc["attempts"][-1])
     _print_events(doc["events"])
 
 
-def _short(ts: datetime | None) -> str:
-    return ts.strftime("%H:%M:%S") if ts else "-"
+FAILED_TAIL = 10  # stderr lines `show` prints for a failed attempt
+
+
+def _print_attempt_logs(a: dict[str, Any]) -> None:
+    """Where the latest attempt's output is and, when it failed, the end of its stderr."""
+    logs = a["logs"]
+    if logs.get("available"):
+        out.print(f"logs {logs['dir']}  (spotwise logs JOB)", markup=False, highlight=False)
+    else:
+        out.print(f"logs: {logs['note']}", markup=False, highlight=False)
+        if logs.get("console_command"):
+            out.print(f"console: {logs['console_command']}", markup=False, highlight=False)
+    failed = a["end_reason"] == "failed" or (a["exit_code"] not in (None, 0, 75))
+    if failed and logs.get("available"):
+        lines = views.tail(Path(logs["stderr"]), FAILED_TAIL)
+        out.print(
+            f"last {len(lines)} lines of stderr (attempt {a['number']}):",
+            markup=False,
+            highlight=False,
+        )
+        for line in lines:
+            out.print(f"  {line}", markup=False, highlight=False)
+
+
+def _when(ts: datetime | None) -> str:
+    """A date, a time and a zone (the viewer's local zone; UTC on most servers)."""
+    return ts.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
 def _print_events(events: list[dict[str, Any]]) -> None:
@@ -260,24 +551,177 @@ def _print_events(events: list[dict[str, Any]]) -> None:
     for e in events:
         style = {"warning": "yellow", "error": "red"}.get(e["level"], "")
         t.add_row(
-            _short(e["at"]),
-            e["job_id"] or "-",
-            f"[{style}]{e['kind']}[/]" if style else e["kind"],
-            e["message"],
+            Text(_when(e["at"])),
+            Text(e["job_id"] or "-"),
+            Text(e["kind"], style=style),
+            Text(e["message"]),
         )
     out.print(t)
 
 
+def follow(
+    paths: list[Path],
+    running: Any,
+    write: Any,
+    *,
+    interval: float = 0.5,
+    sleep: Any = time.sleep,
+) -> None:
+    """tail -f over several files until `running()` is false and nothing new is left: a
+    file that does not exist yet is waited for, a line is written whole."""
+    offsets = dict.fromkeys(paths, 0)
+    partial = dict.fromkeys(paths, "")
+    while True:
+        alive = running()
+        got = False
+        for p in paths:
+            try:
+                with p.open("rb") as f:
+                    f.seek(offsets[p])
+                    data = f.read()
+                    offsets[p] = f.tell()
+            except OSError:
+                continue
+            if data:
+                got = True
+                text = partial[p] + data.decode(errors="replace")
+                *lines, partial[p] = text.split("\n")
+                for line in lines:
+                    write(line)
+        if not alive and not got:
+            for p in paths:
+                if partial[p]:
+                    write(partial[p])
+            return
+        sleep(interval)
+
+
+class Stream(StrEnum):
+    both = "both"
+    stdout = "stdout"
+    stderr = "stderr"
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="Job id, id prefix or name")],
+    attempt: Annotated[
+        int | None, typer.Option("--attempt", "-a", help="Attempt number (default: latest)")
+    ] = None,
+    follow_: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the attempt ends")
+    ] = False,
+    stream: Annotated[Stream, typer.Option(help="both, stdout or stderr")] = Stream.both,
+    config: ConfigOpt = None,
+) -> None:
+    """A job's stdout and stderr (the local market's files; for clouds, where they are)."""
+    cfg, engine = _engine(config)
+    doc = views.job_detail(engine, job, cfg)
+    attempts = doc["attempts"]
+    if not attempts:
+        raise UserError(f"job {doc['job']['id']} has no attempts yet: it has not been placed")
+    chosen = (
+        attempts[-1]
+        if attempt is None
+        else next((a for a in attempts if a["number"] == attempt), None)
+    )
+    if chosen is None:
+        have = ", ".join(str(a["number"]) for a in attempts)
+        raise UserError(f"job {doc['job']['id']} has no attempt {attempt} (attempts: {have})")
+    where = chosen["logs"]
+    if not where.get("available"):
+        err.print(where["note"], markup=False, highlight=False)
+        if where.get("console_command"):
+            err.print(f"console output: {where['console_command']}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    names = ["stdout", "stderr"] if stream is Stream.both else [stream.value]
+    paths = [Path(where[n]) for n in names]
+
+    def write(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    if not follow_:
+        for p in paths:
+            if len(paths) > 1:
+                write(f"==> {p.name} <==")
+            try:
+                sys.stdout.write(p.read_text(errors="replace"))
+            except OSError:
+                err.print(f"{p}: not written yet", markup=False, highlight=False)
+        return
+    attempt_id = chosen["id"]
+
+    def running() -> bool:
+        from sqlmodel import Session
+
+        from scheduler.models import Attempt, AttemptState
+
+        with Session(engine) as s:
+            row = s.get(Attempt, attempt_id)
+            return row is not None and row.state is not AttemptState.ENDED
+
+    with contextlib.suppress(KeyboardInterrupt):
+        follow(paths, running, write)
+
+
 @app.command()
 def cancel(
-    job: Annotated[str, typer.Argument(help="Job id, id prefix or name")], config: ConfigOpt = None
+    job: Annotated[str | None, typer.Argument(help="Job id, id prefix or name")] = None,
+    team: Annotated[
+        str | None, typer.Option("--team", "-t", help="Every unfinished job of this team")
+    ] = None,
+    config: ConfigOpt = None,
 ) -> None:
-    """Cancel a job (its instance is asked to checkpoint and stop)."""
+    """Cancel a job, or every unfinished job of a team (instances checkpoint and stop)."""
     from scheduler.jobs import cancel as cancel_job
 
+    if (job is None) == (team is None):
+        raise UserError("give a JOB or --team TEAM (not both)")
     cfg, engine = _engine(config)
-    j = cancel_job(engine, job, clock_for(cfg).now())
-    out.print(f"cancel requested for {j.id}")
+    now = clock_for(cfg).now()
+    if job is not None:
+        ids = [cancel_job(engine, job, now).id]
+    else:
+        rows = views.job_rows(engine, team=team)
+        live = [r["id"] for r in rows if not JobState(r["state"]).terminal]
+        ids = [cancel_job(engine, i, now).id for i in live]
+        if not ids:
+            err.print(f"no unfinished jobs in team {team!r}", markup=False, highlight=False)
+    for i in ids:
+        out.print(f"cancel requested for {i}", markup=False, highlight=False)
+    warning = _daemon_warning(engine, cfg)
+    if warning:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
+
+
+@app.command()
+def release(
+    job: Annotated[str, typer.Argument(help="A HELD job: id, id prefix or name")],
+    config: ConfigOpt = None,
+) -> None:
+    """Put a HELD job back in the queue (a budget that still binds holds it again)."""
+    from scheduler.requeue import release as release_job
+
+    cfg, engine = _engine(config)
+    j = release_job(engine, job, clock_for(cfg).now())
+    out.print(f"{j.id} released: {j.state.value}", markup=False, highlight=False)
+    warning = _daemon_warning(engine, cfg)
+    if warning:
+        err.print(f"warning: {warning}", markup=False, highlight=False)
+
+
+@app.command()
+def requeue(
+    job: Annotated[str, typer.Argument(help="A FAILED job: id, id prefix or name")],
+    config: ConfigOpt = None,
+) -> None:
+    """Run a FAILED job again, with its failure counters reset."""
+    from scheduler.requeue import requeue as requeue_job
+
+    cfg, engine = _engine(config)
+    j = requeue_job(engine, job, clock_for(cfg).now())
+    out.print(f"{j.id} requeued: {j.state.value}", markup=False, highlight=False)
     warning = _daemon_warning(engine, cfg)
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
@@ -296,9 +740,9 @@ def prices(
     cfg = load_config(config)
     rows, problems = views.live_offerings(cfg, gpu=gpu, cloud=cloud, market=market)
     for p in problems:
-        err.print(f"[yellow]warning:[/] {p}")
+        err.print(f"warning: {p}", markup=False, highlight=False)
     if output is Output.json:
-        _print_json({"offerings": rows, "errors": problems})
+        _print_json(views.document(offerings=rows, errors=problems))
         return
     t = Table(title=f"{len(rows)} offerings", title_justify="left")
     for c in ("CLOUD", "REGION", "ZONE", "TYPE", "GPU", "MARKET", "$/H", "$/GPU-H"):
@@ -324,23 +768,79 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
     cfg, engine = _engine(config)
     rows = views.budget_rows(engine, cfg)
     if output is Output.json:
-        _print_json({"budgets": rows})
+        _print_json(views.document(budgets=rows))
         return
     t = Table(title="budgets", title_justify="left")
     for c in ("NAME", "SCOPE", "WINDOW", "LIMIT", "SPENT", "BURN/H", "PROJECTED", "KIND", "STATE"):
         t.add_column(c)
     for r in rows:
         t.add_row(
-            r["name"],
-            r["scope"],
+            *(Text(x) for x in (r["name"], r["scope"])),
             r["window"],
             _money(r["limit_usd"]),
             _money(r["spent_usd"]),
             _money(r["burn_per_hour"]),
             _money(r["projected_usd"]),
             "hard" if r["hard"] else "soft",
-            r["state"],
+            Text(r["state"]),
         )
+    out.print(t)
+
+
+def _since(text: str | None, now: datetime) -> datetime | None:
+    """'7d' (back from now) or an ISO time; None for no bound."""
+    if not text:
+        return None
+    from datetime import UTC
+
+    from providers.settings import parse_duration
+
+    try:
+        return now - parse_duration(text)
+    except (ValueError, TypeError):
+        pass
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        raise UserError(f"{text!r} is neither a duration (7d, 12h) nor an ISO time") from None
+    return t if t.tzinfo else t.replace(tzinfo=UTC)
+
+
+class CostBy(StrEnum):
+    team = "team"
+    job = "job"
+    cloud = "cloud"
+    day = "day"
+
+
+@app.command()
+def cost(
+    by: Annotated[CostBy, typer.Option("--by", help="team, job, cloud or day")] = CostBy.team,
+    since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO time")] = "30d",
+    until: Annotated[str | None, typer.Option(help="ISO time or duration ago")] = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
+    cfg, engine = _engine(config)
+    now = clock_for(cfg).now()
+    start, end = _since(since, now), _since(until, now)
+    rows = views.cost_rows(engine, by.value, start, end)
+    total = round(sum(r["cost_usd"] for r in rows), 6)
+    if output is Output.json:
+        _print_json(
+            views.document(by=by.value, since=start, until=end, total_usd=total, costs=rows)
+        )
+        return
+    span = f"since {_when(start)}" if start else "all time"
+    t = Table(title=f"cost by {by.value}, {span}", title_justify="left")
+    cols = [by.value.upper()] + (["NAME"] if by is CostBy.job else []) + ["JOBS", "COST"]
+    for c in cols:
+        t.add_column(c, justify="right" if c in ("JOBS", "COST") else "left")
+    for r in rows:
+        cells = [r[by.value]] + ([r["name"]] if by is CostBy.job else [])
+        t.add_row(*(Text(x) for x in cells), str(r["jobs"]), _money(r["cost_usd"]))
+    t.add_row(Text("total", style="bold"), *([""] * (len(cols) - 2)), _money(total))
     out.print(t)
 
 
@@ -355,7 +855,7 @@ def events(
     _, engine = _engine(config)
     rows = views.event_rows(engine, job, limit)
     if output is Output.json:
-        _print_json({"events": rows})
+        _print_json(views.document(events=rows))
         return
     _print_events(rows)
 
@@ -374,14 +874,14 @@ def check_config(
     ]
     if output is Output.json:
         _print_json(
-            {
-                "ok": True,
-                "file": str(path) if path else None,
-                "providers": providers,
-                "budgets": [b.name for b in cfg.budgets],
-                "database_url": cfg.daemon.masked_database_url(),
-                "state_dir": str(cfg.daemon.resolved_state_dir()),
-            }
+            views.document(
+                ok=True,
+                file=str(path) if path else None,
+                providers=providers,
+                budgets=[b.name for b in cfg.budgets],
+                database_url=cfg.daemon.masked_database_url(),
+                state_dir=str(cfg.daemon.resolved_state_dir()),
+            )
         )
         return
     out.print(
@@ -409,6 +909,30 @@ def db_upgrade(config: ConfigOpt = None) -> None:
         out.print(f"{where}: schema already at {after}", markup=False, highlight=False)
     else:
         out.print(f"{where}: schema {before or 'empty'} -> {after}", markup=False, highlight=False)
+
+
+service_app = typer.Typer(help="Run the daemon as a systemd service.", no_args_is_help=True)
+app.add_typer(service_app, name="service")
+
+
+@service_app.command("install")
+def service_install(
+    root: Annotated[
+        Path | None,
+        typer.Option(help="Stage into this directory; commands are recorded, not run"),
+    ] = None,
+    uninstall: Annotated[
+        bool, typer.Option("--uninstall", help="Remove the unit (config and state are kept)")
+    ] = False,
+) -> None:
+    """User, venv, config, unit and tmpfiles for the daemon; safe to run again."""
+    from scheduler import service
+
+    report = service.uninstall(root) if uninstall else service.install(root)
+    for line in report.lines():
+        out.print(line, markup=False, highlight=False)
+    if not uninstall and report.ran:
+        out.print("next: systemctl enable --now spotwise", markup=False, highlight=False)
 
 
 @app.command()

@@ -290,7 +290,7 @@ def _live_table(rows) -> Table:
             r["state"],
             where,
             price,
-            f"${r['spent_usd']:.3f}",
+            f"${r['cost_usd']:.3f}",
             step,
             str(r["recoveries"]),
             r["reason"][:60],

@@ -1,9 +1,14 @@
-"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers."""
+"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers.
+
+One field name per concept in every document: `cost_usd` is what a job or attempt has cost,
+`instance_id` the provider's instance id; budgets keep `spent_usd` (a window's spend).
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -12,7 +17,25 @@ from sqlmodel import Session, col, func, select
 
 from scheduler.config import Config
 from scheduler.jobs import resolve
-from scheduler.models import Attempt, AttemptState, BudgetSpend, Event, Job
+from scheduler.models import (
+    Attempt,
+    AttemptState,
+    BudgetSpend,
+    Event,
+    Job,
+    JobState,
+    SpendBucket,
+)
+
+# Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
+JSON_VERSION = 2
+# Finished jobs older than this are hidden from `status` unless --all (sky --skip-finished).
+FINISHED_VISIBLE = timedelta(hours=1)
+
+
+def document(**fields: Any) -> dict[str, Any]:
+    """Every -o json document starts with its format version, so scripts can check it."""
+    return {"version": JSON_VERSION, **fields}
 
 
 def json_default(value: Any) -> Any:
@@ -59,10 +82,10 @@ def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
         "region": live.region if live else None,
         "zone": live.zone if live else None,
         "instance_type": live.instance_type if live else None,
-        "instance": live.instance_id if live else None,
+        "instance_id": live.instance_id if live else None,
         "market": live.market if live else None,
         "price_per_hour": live.price_per_hour if live else None,
-        "spent_usd": round(j.cost_usd, 6),
+        "cost_usd": round(j.cost_usd, 6),
         "attempts": j.attempts,
         "recoveries": j.recoveries,
         "progress_step": j.progress_step,
@@ -74,10 +97,20 @@ def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
     }
 
 
-def job_rows(engine: Engine) -> list[dict[str, Any]]:
-    """Every job with its latest attempt: two queries, whatever the history."""
+def job_rows(
+    engine: Engine, *, states: list[str] | None = None, team: str | None = None
+) -> list[dict[str, Any]]:
+    """Jobs with their latest attempt (two queries, whatever the history), active first,
+    then newest first."""
     with Session(engine) as s:
-        jobs = s.exec(select(Job).order_by(col(Job.created_at))).all()
+        q = select(Job)
+        if states:
+            q = q.where(col(Job.state).in_([JobState(x.upper()) for x in states]))
+        if team:
+            q = q.where(Job.team == team.strip().lower())
+        jobs = sorted(
+            s.exec(q).all(), key=lambda j: (j.state.terminal, -j.created_at.timestamp(), j.id)
+        )
         last = (
             select(Attempt.job_id, func.max(Attempt.number).label("n"))
             .group_by(Attempt.job_id)
@@ -95,6 +128,14 @@ def job_rows(engine: Engine) -> list[dict[str, Any]]:
         return [_job_row(j, latest.get(j.id)) for j in jobs]
 
 
+def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[str, Any]], int]:
+    """The rows a person wants by default: finished jobs only while recent. Returns the rows
+    kept and how many were left out (so the table can say so)."""
+    cutoff = now - FINISHED_VISIBLE
+    kept = [r for r in rows if not JobState(r["state"]).terminal or r["updated_at"] >= cutoff]
+    return kept, len(rows) - len(kept)
+
+
 def _event_row(e: Event) -> dict[str, Any]:
     return {
         "id": e.id,
@@ -107,7 +148,70 @@ def _event_row(e: Event) -> dict[str, Any]:
     }
 
 
-def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
+# Where each cloud's instance wrapper (providers/*/userdata.py, startup.py) writes the job's
+# output: on the instance's disk, not uploaded anywhere.
+_CLOUD_LOG = "/var/log/spotwise/job.log"
+_CONSOLE = {
+    "aws": "aws ec2 get-console-output --region {region} --instance-id {id}",
+    "gcp": "gcloud compute instances get-serial-port-output {id} --zone {zone}",
+    "azure": "az vm boot-diagnostics get-boot-log --ids {id}",
+}
+
+
+def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
+    """Where an attempt's stdout and stderr are: files this machine can read (the local
+    market) or, for a cloud instance, where the wrapper left them and how to get the console."""
+    iid = a.get("instance_id")
+    if not iid:
+        return {"available": False, "note": "the attempt never got an instance"}
+    if a.get("provider") == "local":
+        d = local_instance_dir(config, iid)
+        return {
+            "available": True,
+            "dir": str(d),
+            "stdout": str(d / "stdout.log"),
+            "stderr": str(d / "stderr.log"),
+        }
+    console = _CONSOLE.get(a.get("cloud") or "", "")
+    note = (
+        f"stdout and stderr are in {_CLOUD_LOG} on {a.get('cloud')} instance {iid} (not "
+        "uploaded; gone once the instance is deleted)"
+    )
+    return {
+        "available": False,
+        "path_on_instance": _CLOUD_LOG,
+        "console_command": console.format(id=iid, region=a.get("region"), zone=a.get("zone"))
+        if console
+        else None,
+        "note": note,
+    }
+
+
+def local_instance_dir(config: Config | None, instance_id: str) -> Path:
+    """LocalMarket.instance_dir without starting a market (no trace load, no mkdir)."""
+    from scheduler.adapters import local_settings
+
+    if config is not None and config.providers.local is not None:
+        root = local_settings(config).resolved_state_dir()
+    else:  # the market was configured away since: its default place under state_dir
+        root = (config or Config()).daemon.resolved_state_dir() / "local"
+    return root / "instances" / instance_id
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a text file (reads at most the last 64 KiB)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - 65536, 0))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()[-lines:]
+
+
+def job_detail(engine: Engine, ref: str, config: Config | None = None) -> dict[str, Any]:
     with Session(engine) as s:
         job = resolve(s, ref)
         attempts = s.exec(
@@ -115,12 +219,16 @@ def job_detail(engine: Engine, ref: str) -> dict[str, Any]:
         ).all()
         events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
         row = _job_row(job, attempts[-1] if attempts else None)
-        row["cost_usd"] = row.pop("spent_usd")
         return {
             "job": row,
-            "attempts": [_attempt_row(a) for a in attempts],
+            "attempts": [_with_logs(config, _attempt_row(a)) for a in attempts],
             "events": [_event_row(e) for e in events],
         }
+
+
+def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
+    row["logs"] = attempt_logs(config, row)
+    return row
 
 
 def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, Any]]:
@@ -157,6 +265,58 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+COST_GROUPS = ("team", "job", "cloud", "day")
+
+
+def cost_rows(
+    engine: Engine, by: str, since: datetime | None, until: datetime | None
+) -> list[dict[str, Any]]:
+    """What was spent, grouped, from the hourly spend buckets budgets use (so the report and
+    the budgets always agree). An hour's bucket counts when any of its hour is in the window."""
+    key = {
+        "team": col(SpendBucket.team),
+        "job": col(SpendBucket.job_id),
+        "cloud": col(SpendBucket.cloud),
+        "day": func.date(col(SpendBucket.hour)),
+    }[by]
+    # sqlalchemy's select: sqlmodel's is typed for at most four columns.
+    q = sa.select(
+        key,
+        func.max(SpendBucket.job_name),
+        func.sum(SpendBucket.usd),
+        func.count(func.distinct(SpendBucket.job_id)),
+        func.min(SpendBucket.hour),
+        func.max(SpendBucket.hour),
+    )
+    if since is not None:
+        q = q.where(col(SpendBucket.hour) > since - timedelta(hours=1))
+    if until is not None:
+        q = q.where(col(SpendBucket.hour) < until)
+    with Session(engine) as s:
+        found = s.execute(q.group_by(key)).all()
+    rows = [
+        {
+            by: str(k) if k is not None else "",
+            **({"name": name} if by == "job" else {}),
+            "cost_usd": round(float(usd or 0.0), 6),
+            "jobs": int(n),
+            "first_hour": _aware(first),
+            "last_hour": _aware(last),
+        }
+        for k, name, usd, n, first, last in found
+    ]
+    rows.sort(key=lambda r: (r[by] if by == "day" else -r["cost_usd"], r[by]))
+    return rows
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def live_offerings(

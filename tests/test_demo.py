@@ -39,5 +39,5 @@ def test_demo_runs_end_to_end(tmp_path):
     budgets = read_json("budget", "-c", cfg)["budgets"]
     research = next(b for b in budgets if b["name"] == "research")
     # The hard budget bound and was not overrun.
-    assert jobs["finetune-t4"]["spent_usd"] <= research["limit_usd"]
-    assert jobs["finetune-t4"]["spent_usd"] > 0.5 * research["limit_usd"]
+    assert jobs["finetune-t4"]["cost_usd"] <= research["limit_usd"]
+    assert jobs["finetune-t4"]["cost_usd"] > 0.5 * research["limit_usd"]

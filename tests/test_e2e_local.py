@@ -128,7 +128,7 @@ def test_interrupt_migrate_resume_restart(tmp_path):
 
         # The cloud takes the instance back: notice, then SIGTERM; the job checkpoints, exits 75.
         market = LocalMarket(LocalSettings(state_dir=tmp_path / "market", speedup=1))
-        assert market.interrupt(row["instance"])
+        assert market.interrupt(row["instance_id"])
         row = sw.wait_job(job_id, lambda r: r["recoveries"] == 1 and r["state"] == "RUNNING")
         second_pool = f"{row['cloud']}/{row['zone']}/{row['instance_type']}/{row['market']}"
         assert second_pool != first_pool

@@ -134,7 +134,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
         "g5.xlarge",
         "spot",
     )
-    first = row["instance"]
+    first = row["instance_id"]
     assert first.startswith("i-")
     raw = ec2_client(moto).describe_instances(InstanceIds=[first])["Reservations"][0]
     tags = {t["Key"]: t["Value"] for t in raw["Instances"][0]["Tags"]}
@@ -154,7 +154,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
 
     row = status(cfg)[job_id]
     assert row["state"] == "RUNNING" and row["recoveries"] == 1
-    assert row["zone"] == "us-east-1c" and row["instance"] != first
+    assert row["zone"] == "us-east-1c" and row["instance_id"] != first
     detail = json.loads(cli(cfg, "show", job_id, "-o", "json"))
     ends = [(a["zone"], a["end_reason"]) for a in detail["attempts"]]
     assert ends == [
@@ -191,18 +191,18 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
     assert _state(moto, leak) == "running"  # within the grace period
     tick(150)
     assert _state(moto, leak) == "terminated"
-    assert _state(moto, status(cfg)[job_id]["instance"]) == "running"
+    assert _state(moto, status(cfg)[job_id]["instance_id"]) == "running"
 
     # Cancel through the CLI: the instance is terminated and the job ends CANCELLED.
-    second = status(cfg)[job_id]["instance"]
+    second = status(cfg)[job_id]["instance_id"]
     cli(cfg, "cancel", job_id)
     tick()
     tick()
     tick()
     assert _state(moto, second) == "terminated"
     row = status(cfg)[job_id]
-    assert row["state"] == "CANCELLED" and row["instance"] is None
-    assert row["spent_usd"] >= 0
+    assert row["state"] == "CANCELLED" and row["instance_id"] is None
+    assert row["cost_usd"] >= 0
 
 
 def _state(moto: str, iid: str) -> str:

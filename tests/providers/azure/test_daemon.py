@@ -74,7 +74,7 @@ def test_daemon_places_recovers_and_collects_on_azure(arm, prices, rg, tmp_path)
     assert (row["cloud"], row["instance_type"], row["market"]) == (
         "azure", "Standard_NC4as_T4_v3", "spot",
     )  # fmt: skip
-    first, first_zone = row["instance"], row["zone"]
+    first, first_zone = row["instance_id"], row["zone"]
     vm = arm.vm(rg, first)
     assert vm is not None and vm["tags"]["spotwise-job"] == job_id
 
@@ -85,7 +85,7 @@ def test_daemon_places_recovers_and_collects_on_azure(arm, prices, rg, tmp_path)
         tick()
     row = status(cfg)[job_id]
     assert row["state"] == "RUNNING" and row["recoveries"] >= 1, row
-    assert row["instance"] != first
+    assert row["instance_id"] != first
     detail = json.loads(cli(cfg, "show", job_id, "-o", "json"))
     ends = [a["end_reason"] for a in detail["attempts"]]
     assert ends[0] == "interrupted" and "launch_failed" in ends and ends[-1] is None
@@ -100,7 +100,7 @@ def test_daemon_places_recovers_and_collects_on_azure(arm, prices, rg, tmp_path)
     assert "ghost-nic" not in arm.names("networkInterfaces")
 
     # Cancel: the VM is deleted and the job ends CANCELLED.
-    second = status(cfg)[job_id]["instance"]
+    second = status(cfg)[job_id]["instance_id"]
     cli(cfg, "cancel", job_id)
     for _ in range(3):
         tick()

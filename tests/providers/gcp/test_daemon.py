@@ -65,7 +65,7 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     assert row["state"] == "RUNNING"
     pool = f"gcp/{row['zone']}/{row['instance_type']}/{row['market']}"
     assert pool in best and row["cloud"] == "gcp"
-    first, first_zone = row["instance"], row["zone"]
+    first, first_zone = row["instance_id"], row["zone"]
     assert first.startswith("sw-")
     (vm,) = [v for (z, n), v in fake.instances.items() if n == first]
     assert vm["labels"]["spotwise-job"] == job_id.lower()
@@ -80,7 +80,7 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
         tick()
     row = status(cfg)[job_id]
     assert row["state"] == "RUNNING" and row["recoveries"] == 1
-    assert row["instance"] != first and row["zone"] == first_zone
+    assert row["instance_id"] != first and row["zone"] == first_zone
     detail = json.loads(cli(cfg, "show", job_id, "-o", "json"))
     ends = [(a["zone"], a["end_reason"]) for a in detail["attempts"]]
     assert ends == [(first_zone, "interrupted"), (other, "launch_failed"), (first_zone, None)]
@@ -101,13 +101,13 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     tick(150)
     assert not any(n == "sw-ghost" for _, n in fake.instances)
 
-    second = row["instance"]
+    second = row["instance_id"]
     cli(cfg, "cancel", job_id)
     for _ in range(3):
         tick()
     assert not any(n == second for _, n in fake.instances)
     row = status(cfg)[job_id]
-    assert row["state"] == "CANCELLED" and row["instance"] is None
+    assert row["state"] == "CANCELLED" and row["instance_id"] is None
 
 
 def test_daemon_job_exit_succeeds_and_the_stopped_vm_is_collected(fake: FakeGcp, tmp_path: Path):
@@ -135,7 +135,7 @@ def test_daemon_job_exit_succeeds_and_the_stopped_vm_is_collected(fake: FakeGcp,
         tick()
     row = status(cfg)[job_id]
     assert row["state"] == "RUNNING" and row["instance_type"] == "g2-standard-4"
-    vm = row["instance"]
+    vm = row["instance_id"]
     store = parse_uri(row["checkpoint_uri"])
     assert store.path is not None
     record = store.file(exit_name(1))
