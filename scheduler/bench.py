@@ -304,11 +304,11 @@ def placement(
     _progress(f"{len(rows)} catalog rows, {len(offers)} offerings loaded in {t_load:.1f} s")
 
     repeat = 20 if quick else 200
-    single = []
+    single: list[dict[str, Any]] = []
     for label, req in pb.SINGLE:
         r = pb.Request(req, 100.0)
-        ours = pb.time_per_call(lambda r=r: place(r.req, cat, pb.context(r.hours)), repeat)
-        theirs = pb.time_per_call(lambda r=r: base.choice(r), max(5, repeat // 4))
+        ours = pb.time_per_call(lambda r=r: place(r.req, cat, pb.context(r.hours)), repeat)  # type: ignore[misc]
+        theirs = pb.time_per_call(lambda r=r: base.choice(r), max(5, repeat // 4))  # type: ignore[misc]
         d = place(req, cat, pb.context(100.0))
         single.append(
             {
@@ -333,7 +333,7 @@ def placement(
     theirs_cost = [base.choice(r) for r in queue]  # every job: timed and checked
     t_theirs = time.perf_counter() - t0
     mismatches = sum(not pb.same(a, b) for a, b in zip(ours_cost, theirs_cost, strict=True))
-    doc = {
+    doc: dict[str, Any] = {
         "benchmark": "placement",
         "quick": quick,
         "catalog_rows": len(rows),

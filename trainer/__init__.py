@@ -7,6 +7,11 @@ It talks to the scheduler only through the checkpoint store (``progress.json``, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the real import is lazy (module __getattr__): no torch for the scheduler
+    from trainer.preemptible import Preemptible
+
 EXIT_OK = 0
 """Training finished (``DONE`` written) or was already finished."""
 EXIT_FAILED = 1

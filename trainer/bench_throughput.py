@@ -60,7 +60,7 @@ def bare_loop(cfg: TrainerConfig, steps: int) -> float:
     model = build_model(cfg, data)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    b, n = cfg.training.global_batch_size, len(data)
+    b, n = cfg.training.global_batch_size, len(data)  # type: ignore[arg-type]
     pos = [0]
 
     def step() -> None:
@@ -194,7 +194,7 @@ def run(steps: int, d_model: int, layers: int, seq: int, batch: int) -> None:
     print(f"\nmodel: d_model={d_model} layers={layers} seq={seq} batch={batch}; {steps} steps each")
     bare = bare_loop(cfg(), steps)
     rows: list[tuple[str, float]] = [("bare PyTorch loop (same model, same batches)", bare)]
-    variants = {
+    variants: dict[str, dict[str, Any]] = {
         "trainer (fp32, no technique)": {},
         "trainer + activation ckpt full": {"training__activation_checkpointing": "full"},
         "trainer + activation ckpt selective": {"training__activation_checkpointing": "selective"},

@@ -194,7 +194,7 @@ def translate(
         out = TransientError(message)
     else:
         out = TransientError(message)
-    out.aws_code = code  # type: ignore[attr-defined]
+    out.aws_code = code  # type: ignore[attr-defined,union-attr]
     return out
 
 

@@ -227,7 +227,7 @@ class Instances:
             filters = [f, *extra]
             raws = self._api.call(
                 f"describe_instances in {region}",
-                lambda filters=filters: [
+                lambda filters=filters: [  # type: ignore[misc]
                     i
                     for r in paged(ec2, "describe_instances", "Reservations", Filters=filters)
                     for i in r.get("Instances", [])

@@ -45,7 +45,7 @@ class AwsSettings(StrictModel):
     # Allow-list of instance types; shell-style wildcards ("g5.*") allowed. Empty = every GPU type.
     instance_types: list[str] = Field(default_factory=list)
     # The CPU architectures the AMI runs on (arm64 GPU types need an arm64 AMI).
-    architectures: list[Literal["x86_64", "arm64"]] = Field(default_factory=lambda: ["x86_64"])
+    architectures: list[Literal["x86_64", "arm64"]] = Field(default_factory=lambda: ["x86_64"])  # type: ignore[arg-type]
     retry_mode: Literal["standard", "adaptive", "legacy"] = "standard"
     max_attempts: int = Field(default=5, ge=1, le=20)  # per API call, the first one included
     connect_timeout: Duration = ttl.CONNECT_TIMEOUT

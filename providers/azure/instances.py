@@ -324,7 +324,7 @@ class Instances:
             if n > LIST_OVER:
                 vms = self._api.call(
                     f"list VMs in {rg}",
-                    lambda rg=rg: [
+                    lambda rg=rg: [  # type: ignore[misc]
                         wire(v) for v in compute.virtual_machines.list(rg, expand="instanceView")
                     ],
                 )

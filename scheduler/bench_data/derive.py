@@ -142,7 +142,7 @@ def gcp(src: Path) -> list[list]:
             g = gpus.get((zone, model, count))
             if g is None:
                 continue
-            spot = ""
+            spot: str | float = ""
             if r["SpotPrice"] and g["SpotPrice"]:
                 spot = round(float(r["SpotPrice"]) + float(g["SpotPrice"]), 5)
             name = it if not it.startswith("n1-") else f"{it}+{count}x{model}"

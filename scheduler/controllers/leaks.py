@@ -88,14 +88,14 @@ class LeakController:
             {rid: (name, terminating([res.ref])) for rid, (name, res) in due.items()}
         )
         with self.db.write() as s:
-            for rid, r in results.items():
+            for rid, done_r in results.items():
                 name, res = due[rid]
-                if r.error is not None:
+                if done_r.error is not None:
                     emit(
                         s,
                         now,
                         "terminate_failed",
-                        f"{rid}: {safe_message(r.error)}",
+                        f"{rid}: {safe_message(done_r.error)}",
                         level="warning",
                     )
                     continue

@@ -39,7 +39,7 @@ class AvailabilityModel:
         self.last_time = now
         self._cache.clear()
         keep = 0.5 ** (dt / HALF_LIFE_HOURS) if dt else 1.0
-        for zone, ok in available.items():  # type: ignore[attr-defined]
+        for zone, ok in available.items():  # type: ignore[attr-defined,union-attr]
             st = self.pools.get(zone)
             if st is None:
                 st = self.pools[zone] = PoolStats()

@@ -123,7 +123,7 @@ class SpotwisePolicy(Policy):
         act = self._choose(obs)
         if act.kind is ActionKind.SPOT and not hedge_allows_spot(obs, act.zone or "", spent):
             # the hedge: on-demand from here on (regret stays flat on on-demand)
-            act = SPOT(act.zone) if obs.slack_if_launch < -EPS and obs.on_spot else ON_DEMAND
+            act = SPOT(act.zone or "") if obs.slack_if_launch < -EPS and obs.on_spot else ON_DEMAND
         elif act.kind is ActionKind.WAIT and obs.on_demand and not hedge_allows_idle(obs, spent):
             act = ON_DEMAND
         if act.kind is ActionKind.SPOT:

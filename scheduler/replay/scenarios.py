@@ -426,7 +426,10 @@ def is_multi_zone(case_label: str) -> bool:
 def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
     """One setting per (overhead, slack) cell; each holds every period of the split at every
     task length. No DP here (too large at 96 h); scores use the in-run anchors."""
-    overheads, slacks, lengths, n = SWEEP_OVERHEADS, SWEEP_SLACKS, SWEEP_LENGTHS, SWEEP_WINDOWS
+    overheads: tuple[float, ...] = SWEEP_OVERHEADS
+    slacks: tuple[float, ...] = SWEEP_SLACKS
+    lengths: tuple[float, ...] = SWEEP_LENGTHS
+    n = SWEEP_WINDOWS
     pers = periods(split)
     if quick:
         overheads, slacks, lengths, n = (0.05, 1.0), (1.2,), (12.0,), 1

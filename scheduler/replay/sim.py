@@ -101,7 +101,11 @@ def simulate(
         avail = avail_rows[t]
         if adversary is not None:
             avail = adversary(t, place, avail)
-        if place is not None and place.kind is ActionKind.SPOT and not avail[zindex[place.zone]]:
+        if (
+            place is not None
+            and place.kind is ActionKind.SPOT
+            and not avail[zindex[place.zone or ""]]
+        ):
             out.interruptions += 1
             if job.checkpoint_interval > 0:
                 out.lost_work += done - ckpt
@@ -139,12 +143,14 @@ def simulate(
         if action.kind is ActionKind.WAIT:
             place = None
             continue
-        price = od_price if action.kind is ActionKind.ON_DEMAND else prices[zindex[action.zone]]
+        price = (
+            od_price if action.kind is ActionKind.ON_DEMAND else prices[zindex[action.zone or ""]]
+        )
         launch = action != place
         mig = 0.0
         region = ckpt_region
         if launch and action.kind is ActionKind.SPOT:
-            region = trace.regions[zindex[action.zone]]
+            region = trace.regions[zindex[action.zone or ""]]
             if ckpt_region is not None and region != ckpt_region:
                 mig = job.migration_cost
         if job.budget is not None and not _budget_allows(
