@@ -522,7 +522,13 @@ def _print_attempt_logs(a: dict[str, Any]) -> None:
     """Where the latest attempt's output is and, when it failed, the end of its stderr."""
     logs = a["logs"]
     if logs.get("available"):
-        out.print(f"logs {logs['dir']}  (spotwise logs JOB)", markup=False, highlight=False)
+        # One line whatever the terminal: a path is for copying, not for wrapping.
+        out.print(
+            f"logs {logs['dir']}  (spotwise logs JOB)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     else:
         out.print(f"logs: {logs['note']}", markup=False, highlight=False)
         if logs.get("console_command"):
@@ -547,7 +553,8 @@ def _when(ts: datetime | None) -> str:
 def _print_events(events: list[dict[str, Any]]) -> None:
     t = Table(title="events", title_justify="left")
     for c in ("AT", "JOB", "KIND", "MESSAGE"):
-        t.add_column(c)
+        # Times and ids never wrap (they are read and copied whole); messages fold.
+        t.add_column(c, no_wrap=c != "MESSAGE")
     for e in events:
         style = {"warning": "yellow", "error": "red"}.get(e["level"], "")
         t.add_row(

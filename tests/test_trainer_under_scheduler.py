@@ -52,7 +52,7 @@ def test_own_loop_is_interrupted_and_resumes_exactly(tmp_path):
         job_id = sw.cli("submit", str(job))["id"]
         row = sw.wait_job(job_id, lambda r: (r["progress_step"] or 0) >= 15, timeout=120)
         market = LocalMarket(LocalSettings(state_dir=tmp_path / "market", speedup=1))
-        assert market.interrupt(row["instance"])
+        assert market.interrupt(row["instance_id"])
         row = sw.wait_job(job_id, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=180)
     finally:
         if sw.daemon and sw.daemon.poll() is None:
