@@ -241,3 +241,13 @@ class LeakSeen(SQLModel, table=True):
     provider: str
     kind: str = "instance"
     first_seen_at: datetime = _utc()
+
+
+class PolicyState(SQLModel, table=True):
+    """What a job's deadline policy learned (pool availability, its spend ledger), so a
+    restarted or reloaded daemon advises as the old one would have, not from a cold start."""
+
+    job_id: str = Field(primary_key=True)
+    policy: str  # the policy that learned it; another policy starts cold
+    state_json: str = "{}"
+    updated_at: datetime = _utc()
