@@ -87,6 +87,12 @@ class DeadlinePlanner:
             policy._ledger = float(state["ledger"])  # type: ignore[attr-defined]
         self._policies[job_id] = policy
 
+    def warm(self, job_id: str, state: dict[str, Any]) -> None:
+        """Start a new job's policy from what another job of the same shape learned about the
+        pools (decayed counts kept; its clock, spend and zone list are that job's, not ours)."""
+        pools = {z: {**st, "last": None} for z, st in state.get("pools", {}).items()}
+        self.restore(job_id, {"pools": pools, "last_time": None})
+
     def forget(self, job_id: str) -> None:
         self._policies.pop(job_id, None)
         self._zones.pop(job_id, None)

@@ -249,5 +249,8 @@ class PolicyState(SQLModel, table=True):
 
     job_id: str = Field(primary_key=True)
     policy: str  # the policy that learned it; another policy starts cold
+    # What the job runs on (GPU shapes, clouds, regions): a new job with the same shape is
+    # warmed from the latest such state, its zones' availability being the same markets.
+    shape: str = Field(default="", index=True)
     state_json: str = "{}"
     updated_at: datetime = _utc()

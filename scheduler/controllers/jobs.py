@@ -260,25 +260,33 @@ class JobController:
     ) -> DeadlineAdvice:
         """planner.advise, with the job's policy restored from (and saved to) its PolicyState
         row: what it learned survives restarts and reloads of the daemon."""
+        req: Requirements = args[0]
+        shape = json.dumps([[str(g) for g in req.gpus], sorted(req.clouds), sorted(req.regions)])
         if not planner.knows(job.job_id):
             row = s.get(PolicyState, job.job_id)
+            warm = False
+            if row is None:  # a new job: start from the daemon's experience of this shape
+                warm = True
+                row = s.exec(
+                    select(PolicyState)
+                    .where(PolicyState.shape == shape, PolicyState.job_id != job.job_id)
+                    .order_by(col(PolicyState.updated_at).desc())
+                ).first()
             if row is not None and row.policy == planner.policy_name:
                 try:
-                    planner.restore(job.job_id, json.loads(row.state_json))
+                    state = json.loads(row.state_json)
+                    (planner.warm if warm else planner.restore)(job.job_id, state)
                 except (ValueError, TypeError, KeyError):
                     log.warning("job %s: unreadable policy state; starting cold", job.job_id)
         advice = planner.advise(job, *args, **kw)
-        state = planner.state(job.job_id)
-        if state is not None:
-            row = s.get(PolicyState, job.job_id) or PolicyState(
+        learned = planner.state(job.job_id)
+        if learned is not None:
+            mine = s.get(PolicyState, job.job_id) or PolicyState(
                 job_id=job.job_id, policy=planner.policy_name, updated_at=now
             )
-            row.policy, row.state_json, row.updated_at = (
-                planner.policy_name,
-                json.dumps(state),
-                now,
-            )
-            s.add(row)
+            mine.policy, mine.shape = planner.policy_name, shape
+            mine.state_json, mine.updated_at = json.dumps(learned), now
+            s.add(mine)
         return advice
 
     def _follow_prices(

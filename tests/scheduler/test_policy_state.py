@@ -98,3 +98,15 @@ def test_another_policy_starts_cold(make_world):
     w.tick(0)
     with Session(w.rec.engine) as s:
         assert s.get(PolicyState, jid).policy == "greedy"
+
+
+def test_a_new_job_starts_from_what_the_daemon_learned_of_its_shape(make_world):
+    w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
+    first = w.submit(name="first", gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick()
+    _learn(w, first)
+    learned = _model(w.rec.planner, first).pools["us-east-1b"]
+    second = w.submit(name="second", gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick(0)
+    warm = _model(w.rec.planner, second).pools["us-east-1b"]
+    assert (warm.losses, warm.up_hours) == (learned.losses, learned.up_hours)

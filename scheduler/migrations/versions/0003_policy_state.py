@@ -24,6 +24,7 @@ def upgrade() -> None:
         "policystate",
         sa.Column("job_id", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("policy", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
+        sa.Column("shape", sqlmodel.sql.sqltypes.AutoString(), nullable=False, server_default=""),
         sa.Column(
             "state_json",
             sqlmodel.sql.sqltypes.AutoString(),
@@ -33,7 +34,9 @@ def upgrade() -> None:
         sa.Column("updated_at", scheduler.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("job_id"),
     )
+    op.create_index("ix_policystate_shape", "policystate", ["shape"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_policystate_shape", table_name="policystate")
     op.drop_table("policystate")
