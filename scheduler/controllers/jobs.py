@@ -22,6 +22,7 @@ from providers.base import Market
 from scheduler import budget as budgets
 from scheduler import follow
 from scheduler.audit import emit
+from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import (
@@ -53,6 +54,7 @@ from scheduler.placement import (
     place,
     rate_column,
 )
+from scheduler.policy import Action
 from scheduler.store import CheckpointStores, StoreError
 
 log = logging.getLogger("spotwise.reconcile")
@@ -256,11 +258,19 @@ class JobController:
         )
 
     def _advise(
-        self, s: Session, planner: DeadlinePlanner, now: datetime, job: DeadlineJob, *args, **kw
+        self,
+        s: Session,
+        planner: DeadlinePlanner,
+        now: datetime,
+        job: DeadlineJob,
+        req: Requirements,
+        cat: Catalog,
+        ctx: PlacementContext,
+        current: Action | None = None,
+        remaining_overhead: float = 0.0,
     ) -> DeadlineAdvice:
         """planner.advise, with the job's policy restored from (and saved to) its PolicyState
         row: what it learned survives restarts and reloads of the daemon."""
-        req: Requirements = args[0]
         shape = json.dumps([[str(g) for g in req.gpus], sorted(req.clouds), sorted(req.regions)])
         if not planner.knows(job.job_id):
             row = s.get(PolicyState, job.job_id)
@@ -278,7 +288,7 @@ class JobController:
                     (planner.warm if warm else planner.restore)(job.job_id, state)
                 except (ValueError, TypeError, KeyError):
                     log.warning("job %s: unreadable policy state; starting cold", job.job_id)
-        advice = planner.advise(job, *args, **kw)
+        advice = planner.advise(job, req, cat, ctx, current, remaining_overhead)
         learned = planner.state(job.job_id)
         if learned is not None:
             mine = s.get(PolicyState, job.job_id) or PolicyState(
