@@ -167,3 +167,14 @@ def test_deadline_job_leaves_spot_above_on_demand(make_world):
     assert attempts[0].end_reason is AttemptEnd.MIGRATED
     assert attempts[-1].pool != POOL_A
     assert w.events("price_move") or w.events("policy_move")
+
+
+def test_migrate_key_accepts_only_its_values():
+    from scheduler.errors import UserError
+    from scheduler.jobspec import jobspec_from_dict
+
+    base = {"name": "j", "command": ["x"]}
+    assert jobspec_from_dict(base).migrate == "on-price"
+    assert jobspec_from_dict({**base, "migrate": "never"}).migrate == "never"
+    with pytest.raises(UserError, match="migrate: Input should be 'never' or 'on-price'"):
+        jobspec_from_dict({**base, "migrate": "always"})
