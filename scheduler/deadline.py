@@ -4,13 +4,15 @@ At each placement point of a job with a deadline and a work estimate, the adequa
 summarised as the policy's Observation (spot availability and price per zone, the on-demand
 price, work done from progress.json, time left) and the policy's Action becomes a restriction of
 the placement context: wait, on-demand only, or spot in one zone. Pure apart from the per-job
-policy instances it keeps (policies learn pool availability online).
+policy instances it keeps (policies learn pool availability online); `state` and `restore`
+let the daemon keep what they learned (PolicyState rows) across restarts and reloads.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from providers.base import Market
 from scheduler.catalog import Catalog
 from scheduler.placement import PlacementContext, Requirements, candidates
 from scheduler.policy import ON_DEMAND, SPOT, Action, ActionKind, Observation, Policy, get_policy
+from scheduler.policy.learning import AvailabilityModel, PoolStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,42 @@ class DeadlinePlanner:
         self.tick_hours = tick_hours
         self._policies: dict[str, Policy] = {}
         self._zones: dict[str, set[str]] = {}
+
+    def knows(self, job_id: str) -> bool:
+        return job_id in self._policies
+
+    def state(self, job_id: str) -> dict[str, Any] | None:
+        """What this job's policy learned, as JSON-able data (None: nothing yet)."""
+        policy = self._policies.get(job_id)
+        if policy is None:
+            return None
+        out: dict[str, Any] = {"zones": sorted(self._zones.get(job_id, ()))}
+        model = getattr(policy, "model", None)
+        if isinstance(model, AvailabilityModel):
+            out["last_time"] = model.last_time
+            out["pools"] = {z: asdict(st) for z, st in model.pools.items()}
+        if isinstance(getattr(policy, "_ledger", None), float):
+            out["ledger"] = policy._ledger  # type: ignore[attr-defined]
+        return out
+
+    def restore(self, job_id: str, state: dict[str, Any]) -> None:
+        """Recreate this job's policy from `state` (what `state` returned, possibly in an
+        earlier process): a restart or SIGHUP must not throw away what it learned."""
+        policy = get_policy(self.policy_name)
+        self._zones[job_id] = set(state.get("zones", ()))
+        model = getattr(policy, "model", None)
+        if isinstance(model, AvailabilityModel) and "pools" in state:
+            model.pools = {z: PoolStats(**st) for z, st in state["pools"].items()}
+            model.last_time = state.get("last_time")
+        if "ledger" in state and hasattr(policy, "_ledger"):
+            policy._ledger = float(state["ledger"])  # type: ignore[attr-defined]
+        self._policies[job_id] = policy
+
+    def warm(self, job_id: str, state: dict[str, Any]) -> None:
+        """Start a new job's policy from what another job of the same shape learned about the
+        pools (decayed counts kept; its clock, spend and zone list are that job's, not ours)."""
+        pools = {z: {**st, "last": None} for z, st in state.get("pools", {}).items()}
+        self.restore(job_id, {"pools": pools, "last_time": None})
 
     def forget(self, job_id: str) -> None:
         self._policies.pop(job_id, None)

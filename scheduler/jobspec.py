@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -150,6 +150,8 @@ class JobSpec(BaseModel):
     spot: SpotPreference = SpotPreference.PREFER
     checkpoint: str | None = None
     checkpoint_interval: PositiveDuration = timedelta(minutes=10)
+    # "on-price": a running attempt moves when another pool is clearly cheaper (scheduler.follow)
+    migrate: Literal["never", "on-price"] = "on-price"
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("team")

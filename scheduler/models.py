@@ -241,3 +241,16 @@ class LeakSeen(SQLModel, table=True):
     provider: str
     kind: str = "instance"
     first_seen_at: datetime = _utc()
+
+
+class PolicyState(SQLModel, table=True):
+    """What a job's deadline policy learned (pool availability, its spend ledger), so a
+    restarted or reloaded daemon advises as the old one would have, not from a cold start."""
+
+    job_id: str = Field(primary_key=True)
+    policy: str  # the policy that learned it; another policy starts cold
+    # What the job runs on (GPU shapes, clouds, regions): a new job with the same shape is
+    # warmed from the latest such state, its zones' availability being the same markets.
+    shape: str = Field(default="", index=True)
+    state_json: str = "{}"
+    updated_at: datetime = _utc()

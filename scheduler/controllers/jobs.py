@@ -9,6 +9,7 @@ changes, not every pass.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -17,8 +18,11 @@ from datetime import datetime, timedelta
 import numpy as np
 from sqlmodel import Session, col, select
 
+from providers.base import Market
 from scheduler import budget as budgets
+from scheduler import follow
 from scheduler.audit import emit
+from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import (
@@ -31,11 +35,26 @@ from scheduler.controllers.base import (
     safe_message,
 )
 from scheduler.controllers.spend import SpendController, request_stop
-from scheduler.deadline import DeadlineJob, DeadlinePlanner, placement_of
+from scheduler.deadline import DeadlineAdvice, DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, settle
-from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, JobState, PoolState
-from scheduler.placement import PlacementContext, Requirements, place, rate_column
+from scheduler.models import (
+    Attempt,
+    AttemptEnd,
+    AttemptState,
+    Job,
+    JobState,
+    PolicyState,
+    PoolState,
+)
+from scheduler.placement import (
+    PlacementContext,
+    Requirements,
+    expected_cost,
+    place,
+    rate_column,
+)
+from scheduler.policy import Action
 from scheduler.store import CheckpointStores, StoreError
 
 log = logging.getLogger("spotwise.reconcile")
@@ -191,12 +210,12 @@ class JobController:
                 ):
                     job_w.state = JobState.LAUNCHING
                     job_w.updated_at = now
-                if (
-                    a_w.state is AttemptState.RUNNING
-                    and job_w.deadline is not None
-                    and self.placing
-                ):
-                    self._follow_deadline_policy(s, job_w, a_w, facts, now)
+                if a_w.state is AttemptState.RUNNING and self.placing:
+                    spec = JobSpec.model_validate_json(job_w.spec_json)
+                    if job_w.deadline is not None and spec.gpu_hours:
+                        self._follow_deadline_policy(s, job_w, a_w, facts, now)
+                    if a_w.stop_requested_at is None and spec.migrate != "never":
+                        self._follow_prices(s, job_w, a_w, spec, facts, now)
             s.add(job_w)
 
     def _follow_deadline_policy(
@@ -213,7 +232,10 @@ class JobController:
         # No budget headroom here: the running attempt's own burn would make its pool look
         # unaffordable to itself; budgets are judged when the next attempt is placed.
         ctx = self._context(s, job, spec, facts, now, with_budget=False)
-        advice = planner.advise(
+        advice = self._advise(
+            s,
+            planner,
+            now,
             _deadline_job(job, spec),
             Requirements.from_spec(spec),
             self.catalog.catalog,
@@ -231,6 +253,103 @@ class JobController:
             now,
             "policy_move",
             f"from {current} to {advice.action}: {advice.reason}",
+            job_id=job.id,
+            attempt_id=a.id,
+        )
+
+    def _advise(
+        self,
+        s: Session,
+        planner: DeadlinePlanner,
+        now: datetime,
+        job: DeadlineJob,
+        req: Requirements,
+        cat: Catalog,
+        ctx: PlacementContext,
+        current: Action | None = None,
+        remaining_overhead: float = 0.0,
+    ) -> DeadlineAdvice:
+        """planner.advise, with the job's policy restored from (and saved to) its PolicyState
+        row: what it learned survives restarts and reloads of the daemon."""
+        shape = json.dumps([[str(g) for g in req.gpus], sorted(req.clouds), sorted(req.regions)])
+        if not planner.knows(job.job_id):
+            row = s.get(PolicyState, job.job_id)
+            warm = False
+            if row is None:  # a new job: start from the daemon's experience of this shape
+                warm = True
+                row = s.exec(
+                    select(PolicyState)
+                    .where(PolicyState.shape == shape, PolicyState.job_id != job.job_id)
+                    .order_by(col(PolicyState.updated_at).desc())
+                ).first()
+            if row is not None and row.policy == planner.policy_name:
+                try:
+                    state = json.loads(row.state_json)
+                    (planner.warm if warm else planner.restore)(job.job_id, state)
+                except (ValueError, TypeError, KeyError):
+                    log.warning("job %s: unreadable policy state; starting cold", job.job_id)
+        advice = planner.advise(job, req, cat, ctx, current, remaining_overhead)
+        learned = planner.state(job.job_id)
+        if learned is not None:
+            mine = s.get(PolicyState, job.job_id) or PolicyState(
+                job_id=job.job_id, policy=planner.policy_name, updated_at=now
+            )
+            mine.policy, mine.shape = planner.policy_name, shape
+            mine.state_json, mine.updated_at = json.dumps(learned), now
+            s.add(mine)
+        return advice
+
+    def _follow_prices(
+        self, s: Session, job: Job, a: Attempt, spec: JobSpec, facts: PassFacts, now: datetime
+    ) -> None:
+        """Move a running attempt whose price no longer pays (scheduler.follow decides). A
+        deadline job only leaves a spot price above on-demand here; where else it runs is its
+        policy's call, on the next placement."""
+        cat = self.catalog.catalog
+        code = cat.pools.index.get(a.pool)
+        rows = np.flatnonzero(cat.pool == code) if code is not None else np.empty(0, np.intp)
+        if len(rows) == 0:
+            return  # not in the catalog now: no price to judge it by
+        ctx = self._context(s, job, spec, facts, now, with_budget=False)
+        per_hour = replace(ctx, remaining_gpu_hours=None)  # expected $ per hour of work
+        cur_rate = float(expected_cost(cat, rows[:1], per_hour)[0])
+        alt_ctx = replace(per_hour, avoid_pools=ctx.avoid_pools | {a.pool})
+        req = Requirements.from_spec(spec)
+        best = place(req, cat, alt_ctx)
+        ondemand = place(req, cat, replace(alt_ctx, markets=frozenset({Market.ON_DEMAND})))
+        od_price = ondemand.offering.price_per_hour if ondemand.offering is not None else None
+        price = float(cat.price[rows[0]])
+        ran = hours(now - (a.started_at or a.created_at))
+        cur = follow.Running(a.pool, a.market == Market.SPOT.value, price, cur_rate, ran)
+        alt = None
+        if best.offering is not None and best.expected_cost is not None:
+            alt = follow.Alternative(
+                best.offering.pool, best.offering.price_per_hour, best.expected_cost
+            )
+        above_on_demand = cur.spot and od_price is not None and price > od_price
+        if job.deadline is not None and spec.gpu_hours and not above_on_demand:
+            return  # a cheaper pool is the deadline policy's call, not a price move
+        # Without an estimate, assume the job runs as long again as it has so far.
+        remaining = max(1.0, ran)
+        if ctx.remaining_gpu_hours:
+            remaining = ctx.remaining_gpu_hours / max(a.gpu_count, 1)
+        costs = follow.MoveCosts(
+            restart_overhead_hours=ctx.restart_overhead_hours,
+            checkpoint_hours=hours(self._config().daemon.stop_grace),
+            lost_work_hours=ctx.lost_work_hours,
+        )
+        move = follow.decide(cur, alt, od_price, remaining, costs)
+        if move is None:
+            return
+        request_stop(s, a, "price", now)
+        job.reason = f"moving: {move.reason}"
+        job.updated_at = now
+        emit(
+            s,
+            now,
+            "price_move",
+            f"from {a.pool} at ${move.old_price:.2f}/h to {alt.pool if alt else '?'} at "
+            f"${move.new_price:.2f}/h: {move.reason}",
             job_id=job.id,
             attempt_id=a.id,
         )
@@ -341,9 +460,16 @@ class JobController:
         with self.db.read() as s:
             ctx = self._context(s, job, spec, facts, now)
         if job.deadline is not None and spec.gpu_hours:
-            advice = self._planner().advise(
-                _deadline_job(job, spec), req, self.catalog.catalog, ctx
-            )
+            with self.db.write() as s:
+                advice = self._advise(
+                    s,
+                    self._planner(),
+                    now,
+                    _deadline_job(job, spec),
+                    req,
+                    self.catalog.catalog,
+                    ctx,
+                )
             if advice.context is None:
                 self._explain(job.id, advice.reason, now)
                 return None

@@ -1,0 +1,112 @@
+"""A deadline job's policy keeps what it learned across daemon restarts and reloads."""
+
+from __future__ import annotations
+
+import json
+
+from sqlmodel import Session
+
+from scheduler.deadline import DeadlinePlanner
+from scheduler.models import PolicyState
+from scheduler.policy import SPOT
+from scheduler.reconcile import Reconciler
+from tests.fakes import offering
+
+OD = offering("us-east-1a", price=3.06, market="on-demand")
+
+
+def _learn(w, jid: str) -> None:
+    """Zone 1b comes and goes while the job runs in 1a: the policy learns 1b is flaky."""
+    a = offering("us-east-1a", price=0.9)
+    b = offering("us-east-1b", price=0.8)
+    for i in range(8):
+        w.provider.set_offerings([a, OD] + ([b] if i % 2 else []))
+        w.rec.poll_prices()
+        w.tick(1800)
+
+
+def _model(planner: DeadlinePlanner, jid: str):
+    return planner._policies[jid].model
+
+
+def test_learned_availability_survives_a_restart(make_world):
+    w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
+    jid = w.submit(gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick()
+    _learn(w, jid)
+    old = w.rec.planner
+    learned = _model(old, jid)
+    assert learned.pools["us-east-1b"].losses > 0
+    with Session(w.rec.engine) as s:
+        row = s.get(PolicyState, jid)
+    assert row is not None and row.policy == "spotwise"
+    assert json.loads(row.state_json) == old.state(jid)
+
+    # A new daemon over the same database: the first advice restores the learned state.
+    w.rec = Reconciler(w.rec.engine, w.rec.config, w.rec.providers, w.clock)
+    w.rec.poll_prices()
+    assert not w.rec.planner.knows(jid)
+    w.tick(0)
+    new = w.rec.planner
+    assert new is not old and new.knows(jid)
+    got = _model(new, jid)
+    assert got.rates("us-east-1b") == learned.rates("us-east-1b")
+    assert got.rates("us-east-1a") == learned.rates("us-east-1a")
+    assert got.last_time == learned.last_time
+
+
+def test_restored_planner_gives_the_same_advice():
+    from datetime import timedelta
+
+    from scheduler.catalog import Catalog
+    from scheduler.deadline import DeadlineJob
+    from scheduler.jobspec import jobspec_from_dict
+    from scheduler.placement import PlacementContext, Requirements
+    from tests.fakes import NOW
+
+    req = Requirements.from_spec(jobspec_from_dict({"name": "j", "command": ["x"]}))
+    job = DeadlineJob("j", NOW, NOW + timedelta(hours=30), 10.0, 0.0)
+    a, b = offering("us-east-1a", price=0.9), offering("us-east-1b", price=0.8)
+    old = DeadlinePlanner("spotwise", 0.1, 0.5)
+    for i in range(12):
+        cat = Catalog([a, OD] + ([b] if i % 3 else []))
+        ctx = PlacementContext(now=NOW + timedelta(hours=i / 2))
+        old.advise(job, req, cat, ctx, current=SPOT("us-east-1a"))
+    new = DeadlinePlanner("spotwise", 0.1, 0.5)
+    new.restore("j", json.loads(json.dumps(old.state("j"))))
+    cold = DeadlinePlanner("spotwise", 0.1, 0.5)
+    for i in range(12, 20):
+        cat = Catalog([a, OD] + ([b] if i % 3 else []))
+        ctx = PlacementContext(now=NOW + timedelta(hours=i / 2))
+        want = old.advise(job, req, cat, ctx, current=SPOT("us-east-1a"))
+        got = new.advise(job, req, cat, ctx, current=SPOT("us-east-1a"))
+        cold.advise(job, req, cat, ctx, current=SPOT("us-east-1a"))
+        assert (got.action, got.reason) == (want.action, want.reason)
+    assert new.state("j") == old.state("j")
+    assert cold.state("j") != old.state("j")  # a cold policy would have learned less
+
+
+def test_another_policy_starts_cold(make_world):
+    w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
+    jid = w.submit(gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick()
+    _learn(w, jid)
+    cfg = w.rec.config.model_copy(
+        update={"policy": w.rec.config.policy.model_copy(update={"deadline_policy": "greedy"})}
+    )
+    w.rec.config = cfg  # a SIGHUP that changes the policy
+    w.tick(0)
+    with Session(w.rec.engine) as s:
+        assert s.get(PolicyState, jid).policy == "greedy"
+
+
+def test_a_new_job_starts_from_what_the_daemon_learned_of_its_shape(make_world):
+    w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
+    first = w.submit(name="first", gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick()
+    _learn(w, first)
+    learned = _model(w.rec.planner, first).pools["us-east-1b"]
+    second = w.submit(name="second", gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick(0)
+    warm = _model(w.rec.planner, second).pools["us-east-1b"]
+    assert (warm.losses, warm.up_hours) == (learned.losses, learned.up_hours)
