@@ -72,7 +72,11 @@ def test_cost_by_job_cloud_and_day_and_all_time(world):
 
 
 def test_cost_window_bounds_and_table(world):
-    assert _json(world, "--since", "90m")["total_usd"] == 2.0  # the bucket an hour back only
+    # From the start of the bucket an hour back: that bucket only (a relative "--since"
+    # would make the answer depend on the minute the test runs at).
+    hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    since = (hour - timedelta(hours=1)).isoformat()
+    assert _json(world, "--since", since)["total_usd"] == 2.0
     r = runner.invoke(cli.app, ["cost", "-c", str(world.config)])
     assert r.exit_code == 0 and "vision" in r.stdout and "$3.75" in r.stdout
     with pytest.raises(UserError, match="neither a duration"):
