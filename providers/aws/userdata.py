@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from providers.aws import ttl
 from providers.base import LaunchRejected
-from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
+from providers.exit_record import record_lines
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).
@@ -68,59 +68,15 @@ fi
 {poweroff}
 """
 
-# The record, as trainer.contract.exit_doc writes it; rc and the time are filled at run time.
-_DOC = (
-    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '
-    '"$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
-)
-
-_RECORD_FILE = """  {doc}
-  d={dir}
-  tmp="$d/.{n}.json.tmp"
-  if ! {{ mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }}; then
-    echo "spotwise: could not write the exit record to $d" >>"$logdir/job.log"
-  fi"""
-
-_RECORD_S3 = """  {doc}
-  ok=0
-  for _ in {attempts}; do
-    if printf '%s\\n' "$doc" | aws s3 cp --only-show-errors - {url} >>"$logdir/job.log" 2>&1; then
-      ok=1; break
-    fi
-    sleep {delay_s}
-  done
-  if [ "$ok" != 1 ]; then
-    echo "spotwise: could not write the exit record to" {url} >>"$logdir/job.log"
-  fi"""
-
-_NO_RECORD = (
-    '  echo "spotwise: no checkpoint URI or attempt; exit code not recorded" >>"$logdir/job.log"'
-)
-
 # Gangs: every node gets the same user data (one RunInstances), so a node learns its index
 # from EC2's launch index unless the job set one.
 _NODE = 'export SPOTWISE_NODE="${SPOTWISE_NODE:-$(imds ami-launch-index || echo 0)}"\n'
 
 
 def _record(env: Mapping[str, str]) -> tuple[str, bool]:
-    """The script lines writing exits/<N>.json, and whether there is a record to write."""
-    uri, attempt = env.get(ENV_CHECKPOINT_URI, ""), env.get(ENV_ATTEMPT, "")
-    if not uri or not attempt.isdigit():
-        return _NO_RECORD, False
-    try:
-        loc = parse_uri(uri)
-    except ValueError as exc:
-        raise LaunchRejected(f"aws launch: {exc}") from None
-    n = int(attempt)
-    doc = _DOC.format(attempt=n)
-    if loc.is_local:
-        assert loc.path is not None
-        exits = loc.file(exit_name(n)).parent
-        return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n), True
-    url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
-    attempts = " ".join(str(i) for i in range(1, ttl.RECORD_ATTEMPTS + 1))
-    delay = int(ttl.RECORD_RETRY_DELAY.total_seconds())
-    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=attempts, delay_s=delay), True
+    return record_lines(
+        env, "aws", ttl.RECORD_ATTEMPTS, int(ttl.RECORD_RETRY_DELAY.total_seconds())
+    )
 
 
 def build_user_data(

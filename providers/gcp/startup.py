@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from providers.base import LaunchRejected
+from providers.exit_record import record_lines
 from providers.gcp import ttl
-from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
 
 # GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
 MAX_SCRIPT = 256 * 1024
@@ -54,47 +54,11 @@ fi
 {poweroff}
 """
 
-_DOC = (
-    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '
-    '"$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
-)
-_RECORD_FILE = """  {doc}
-  d={dir}
-  tmp="$d/.{n}.json.tmp"
-  if ! {{ mkdir -p "$d" && printf '%s\\n' "$doc" > "$tmp" && mv -f "$tmp" "$d/{n}.json"; }}; then
-    echo "spotwise: could not write the exit record to $d" >>"$logdir/job.log"
-  fi"""
-_RECORD_S3 = """  {doc}
-  ok=0
-  for _ in {attempts}; do
-    if printf '%s\\n' "$doc" | aws s3 cp --only-show-errors - {url} >>"$logdir/job.log" 2>&1; then
-      ok=1; break
-    fi
-    sleep {delay_s}
-  done
-  [ "$ok" = 1 ] || echo "spotwise: could not write the exit record to" {url} >>"$logdir/job.log\""""
-_NO_RECORD = (
-    '  echo "spotwise: no checkpoint URI or attempt; exit code not recorded" >>"$logdir/job.log"'
-)
-
 
 def _record(env: Mapping[str, str]) -> tuple[str, bool]:
-    uri, attempt = env.get(ENV_CHECKPOINT_URI, ""), env.get(ENV_ATTEMPT, "")
-    if not uri or not attempt.isdigit():
-        return _NO_RECORD, False
-    try:
-        loc = parse_uri(uri)
-    except ValueError as exc:
-        raise LaunchRejected(f"gcp launch: {exc}") from None
-    n = int(attempt)
-    doc = _DOC.format(attempt=n)
-    if loc.is_local:
-        exits = loc.file(exit_name(n)).parent
-        return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n), True
-    url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
-    attempts = " ".join(str(i) for i in range(1, ttl.RECORD_ATTEMPTS + 1))
-    delay = int(ttl.RECORD_RETRY_DELAY.total_seconds())
-    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=attempts, delay_s=delay), True
+    return record_lines(
+        env, "gcp", ttl.RECORD_ATTEMPTS, int(ttl.RECORD_RETRY_DELAY.total_seconds())
+    )
 
 
 def build_startup_script(
