@@ -14,6 +14,26 @@ from collections.abc import Mapping
 from providers.base import LaunchRejected
 from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, exit_name, parse_uri
 
+# Runs the job and records how it ended, as a str.format template fragment every cloud's
+# boot script splices in: it needs {argv} (quoted words), {outcome_ok} and {record} (the
+# lines from record_lines), and $state / $logdir set before it.
+RUN_AND_RECORD = """argv=( {argv} )
+recorded=0
+if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
+  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
+      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
+  rc=$?
+  recorded=1
+else
+  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
+  rc=$?
+fi
+echo "$rc" > "$state/exit_code"
+if [ "$recorded" = 0 ]; then
+{record}
+fi
+"""
+
 # The record, as trainer.contract.exit_doc writes it; rc and the time are filled at run time.
 _DOC = (
     'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '

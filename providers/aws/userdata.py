@@ -19,14 +19,15 @@ from collections.abc import Mapping, Sequence
 
 from providers.aws import ttl
 from providers.base import LaunchRejected
-from providers.exit_record import record_lines
+from providers.exit_record import RUN_AND_RECORD, record_lines
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).
 MAX_USER_DATA = 16 * 1024
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = """#!/bin/bash
+_TEMPLATE = (
+    """#!/bin/bash
 # Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
 # tags it (best effort), then powers off.
 set -u
@@ -41,22 +42,9 @@ imds() {{
   curl -sf --max-time {imds_s} -H "X-aws-ec2-metadata-token: $tok" \\
         "http://169.254.169.254/latest/meta-data/$1" 2>/dev/null
 }}
-{node}argv=( {argv} )
-recorded=0
-if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
-  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
-      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
-  rc=$?
-  recorded=1
-else
-  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
-  rc=$?
-fi
-echo "$rc" > "$state/exit_code"
-if [ "$recorded" = 0 ]; then
-{record}
-fi
-# Best effort: publish the exit code as a tag (needs ec2:CreateTags and the AWS CLI).
+{node}"""
+    + RUN_AND_RECORD
+    + """# Best effort: publish the exit code as a tag (needs ec2:CreateTags and the AWS CLI).
 if command -v aws >/dev/null 2>&1; then
   iid=$(imds instance-id || true)
   region=$(imds placement/region || true)
@@ -67,6 +55,7 @@ if command -v aws >/dev/null 2>&1; then
 fi
 {poweroff}
 """
+)
 
 # Gangs: every node gets the same user data (one RunInstances), so a node learns its index
 # from EC2's launch index unless the job set one.

@@ -19,13 +19,14 @@ from collections.abc import Mapping, Sequence
 
 from providers.azure import ttl
 from providers.base import LaunchRejected
-from providers.exit_record import record_lines
+from providers.exit_record import RUN_AND_RECORD, record_lines
 
 # osProfile.customData: at most 64 KB once decoded.
 MAX_CUSTOM_DATA = 64 * 1024 - 1
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = """#!/bin/bash
+_TEMPLATE = (
+    """#!/bin/bash
 # Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
 # then powers off.
 set -u
@@ -33,23 +34,11 @@ state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
 logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
 mkdir -p "$state" "$logdir"
 {exports}
-argv=( {argv} )
-recorded=0
-if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
-  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
-      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
-  rc=$?
-  recorded=1
-else
-  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
-  rc=$?
-fi
-echo "$rc" > "$state/exit_code"
-if [ "$recorded" = 0 ]; then
-{record}
-fi
-{poweroff}
 """
+    + RUN_AND_RECORD
+    + """{poweroff}
+"""
+)
 
 
 def _record(env: Mapping[str, str]) -> tuple[str, bool]:

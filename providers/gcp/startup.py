@@ -16,14 +16,15 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from providers.base import LaunchRejected
-from providers.exit_record import record_lines
+from providers.exit_record import RUN_AND_RECORD, record_lines
 from providers.gcp import ttl
 
 # GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
 MAX_SCRIPT = 256 * 1024
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = """#!/bin/bash
+_TEMPLATE = (
+    """#!/bin/bash
 # Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
 # then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).
 set -u
@@ -36,23 +37,11 @@ logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
 mkdir -p "$state" "$logdir"
 touch "$state/started"
 {exports}
-argv=( {argv} )
-recorded=0
-if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
-  python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
-      -- "${{argv[@]}}" >>"$logdir/job.log" 2>&1
-  rc=$?
-  recorded=1
-else
-  ( exec "${{argv[@]}}" ) >>"$logdir/job.log" 2>&1
-  rc=$?
-fi
-echo "$rc" > "$state/exit_code"
-if [ "$recorded" = 0 ]; then
-{record}
-fi
-{poweroff}
 """
+    + RUN_AND_RECORD
+    + """{poweroff}
+"""
+)
 
 
 def _record(env: Mapping[str, str]) -> tuple[str, bool]:
