@@ -288,6 +288,8 @@ class CheckpointManager:
                 self.store.upload(step, [local / METADATA])
         if self.info.rank == 0 and self.fence is not None and self.fence.check():
             return  # a newer attempt owns the store: never move its `latest`
+        # Measured before `latest` moves: whoever sees the new `latest` also sees its duration.
+        self.last_save_seconds = time.perf_counter() - self._started
         if self.info.rank == 0:
             if self.kill_in_save_at_step == step:
                 log.warning("debug: SIGKILL after writing step-%d, before `latest`", step)
@@ -295,7 +297,6 @@ class CheckpointManager:
             self.store.write_text(LATEST, f"step-{step}\n")
             self._prune(step)
         self.last_durable_step = step
-        self.last_save_seconds = time.perf_counter() - self._started
         if not self.store.is_local and self.info.local_rank == 0:
             # Staging is scratch: the store holds the durable copy.
             shutil.rmtree(self.store.local_dir(step), ignore_errors=True)
