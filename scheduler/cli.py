@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -99,6 +99,35 @@ def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
     if age > stale:
         return f"daemon not seen for {_ago(age)} (pid {hb.pid} on {hb.host})"
     return None
+
+
+def _lease(engine) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    """Which daemon holds the lease (the heartbeat row on SQLite) and since when."""
+    from scheduler.ownership import read_heartbeat
+
+    hb = read_heartbeat(engine)
+    if hb is None:
+        return None
+    return {
+        "holder": hb.holder,
+        "pid": hb.pid,
+        "host": hb.host,
+        "epoch": hb.epoch,
+        "since": hb.started_at,
+        "renewed_at": hb.renewed_at,
+        "status": hb.status,
+    }
+
+
+def _lease_line(lease: dict[str, Any] | None) -> str | None:
+    if lease is None or lease["status"] == "stopped":
+        return None
+    since = lease["since"].astimezone(UTC)
+    held = _ago((datetime.now(UTC) - since).total_seconds())
+    return (
+        f"daemon: pid {lease['pid']} on {lease['host']} holds the lease since "
+        f"{since:%Y-%m-%d %H:%M:%S}Z ({held}, epoch {lease['epoch']})"
+    )
 
 
 def _speed(cfg) -> float:  # type: ignore[no-untyped-def]
@@ -404,7 +433,7 @@ def status(
                     count,
                 )
             return
-        _print_json(views.document(jobs=rows(), daemon_warning=warning))
+        _print_json(views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine)))
         if failing:
             raise typer.Exit(3)
         return
@@ -437,6 +466,8 @@ def status(
             )
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
+        elif lease_line := _lease_line(_lease(engine)):
+            err.print(lease_line, markup=False, highlight=False)
         if failing:
             raise typer.Exit(3)
         return
