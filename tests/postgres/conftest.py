@@ -61,3 +61,28 @@ def pg_url(pg_server: str) -> Iterator[str]:
             c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+class FakeMonotonic:
+    """A monotonic clock the test moves: lease deadlines without sleeping."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def expire_lease(url: str) -> None:
+    """As if lease_ttl had passed since the holder's last renewal (the server's clock)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as c:
+            c.execute(
+                sa.text("UPDATE daemonlease SET renewed_at = renewed_at - interval '1 day'")
+            )
+    finally:
+        engine.dispose()
