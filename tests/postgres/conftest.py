@@ -81,8 +81,6 @@ def expire_lease(url: str) -> None:
     engine = sa.create_engine(url)
     try:
         with engine.begin() as c:
-            c.execute(
-                sa.text("UPDATE daemonlease SET renewed_at = renewed_at - interval '1 day'")
-            )
+            c.execute(sa.text("UPDATE daemonlease SET renewed_at = renewed_at - interval '1 day'"))
     finally:
         engine.dispose()

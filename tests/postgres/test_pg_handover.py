@@ -123,7 +123,9 @@ def test_the_leak_grace_clock_survives_a_handover(pg_url, tmp_path):
     r = Replicas(pg_url, tmp_path, leak_grace="5m")
     o = r.fake.offerings()[0]
     (leaked,) = r.fake.launch(
-        LaunchRequest("stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"})
+        LaunchRequest(
+            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"}
+        )
     )
     r.tick()
     with Session(r.engine) as s:
