@@ -467,7 +467,7 @@ def status(
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
         elif lease_line := _lease_line(_lease(engine)):
-            err.print(lease_line, markup=False, highlight=False)
+            err.print(lease_line, markup=False, highlight=False, soft_wrap=True)
         if failing:
             raise typer.Exit(3)
         return
