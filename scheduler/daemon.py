@@ -55,6 +55,10 @@ RESTART_ONLY = (
     ("daemon", "owner"),
     ("daemon", "metrics_port"),
     ("daemon", "checkpoint_root"),
+    ("daemon", "lease_ttl"),
+    ("daemon", "lease_renew"),
+    ("daemon", "lease_deadline"),
+    ("daemon", "lease_statement_timeout"),
 )
 
 
