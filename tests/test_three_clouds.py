@@ -34,7 +34,6 @@ import boto3
 import pytest
 from typer.testing import CliRunner
 
-from providers.base import Market
 from tests.providers.aws.fake_pricing import FakePricing
 from tests.providers.aws.harness import moto_server_url
 from tests.providers.azure.catalog import price_rows, skus
@@ -269,7 +268,7 @@ def cli(cfg: Path, *args: str) -> Any:
 
 
 def wait_for(what: str, pred: Callable[[], Any], daemon: subprocess.Popen, log: Path,
-             timeout: float = 60) -> Any:  # fmt: skip
+             timeout: float = 120) -> Any:  # fmt: skip
     """Poll `pred` until it returns something truthy (a bounded wait, not a timed assertion)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -290,7 +289,7 @@ def instance_env(script: str) -> tuple[dict[str, str], list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
     clouds: Clouds, tmp_path: Path
 ) -> None:
@@ -319,7 +318,7 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
 
     job_file = tmp_path / "job.toml"
     job_file.write_text(
-        f'name = "three-clouds"\ncommand = ["{sys.executable}", "{STORE_COUNTER}", "60", "0.1"]\n'
+        f'name = "three-clouds"\ncommand = ["{sys.executable}", "{STORE_COUNTER}", "30", "0.1"]\n'
         'gpus = "T4:1"\nmemory_gb = 15\nspot = "only"\ngpu_hours = 1\n'
         'migrate = "never"\n'  # moves here come from interruptions, not from price following
     )
@@ -364,21 +363,27 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
             polls = c.sku_polls()
             wait_for("the next price poll", lambda: c.sku_polls() > polls, daemon, log_path)
 
-        def leg(n: int, cloud: str) -> tuple[dict[str, Any], subprocess.Popen, str, int]:
-            """Attempt n runs on `cloud`: the instance starts the job as its boot script
-            would, and the job resumes from what the last attempt left in the store."""
+        def leg(
+            n: int, cloud: str, prices_move: Callable[[], None] | None = None
+        ) -> tuple[dict[str, Any], subprocess.Popen, str, int]:
+            """Attempt n runs on `cloud`; then `prices_move` (while it runs, before its job
+            starts, so the job's progress does not race the price poll); then the instance
+            starts the job as its boot script would, resuming from what the last attempt
+            left in the store."""
             r = wait_for(
                 f"attempt {n} running on {cloud}",
                 lambda: (x := row())["state"] == "RUNNING" and x["attempts"] == n and x,
                 daemon, log_path,
             )  # fmt: skip
             assert r["cloud"] == cloud, r
+            if prices_move is not None:
+                prices_move()
             env, argv = instance_env(c.boot_script(cloud, r["instance_id"]))
             uri = env["SPOTWISE_CHECKPOINT_URI"]
             assert uri == f"s3://{BUCKET}/jobs/{job_id}" == r["checkpoint_uri"]
             assert env["SPOTWISE_ATTEMPT"] == str(n) and env["SPOTWISE_CLOUD"] == cloud
             assert env["SPOTWISE_S3_ENDPOINT_URL"] == env["AWS_ENDPOINT_URL_S3"] == c.moto
-            assert argv == [sys.executable, str(STORE_COUNTER), "60", "0.1"]
+            assert argv == [sys.executable, str(STORE_COUNTER), "30", "0.1"]
             # The instance's own credentials and image (trainer installed); the rest is
             # only what the daemon put in the boot script.
             base = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
@@ -409,33 +414,41 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
             c.interrupt(cloud, r["instance_id"])
             return int(str(c.read(uri, "latest")).removeprefix("step-"))
 
-        # Leg 1: placed on the cheapest of the three (AWS us-east-1a at $0.10/h).
-        r1, p1, uri, from1 = leg(1, "aws")
+        # Leg 1: placed on the cheapest of the three (AWS us-east-1a at $0.10/h). While it
+        # runs GCP drops to $0.08/h (the runner-up had been AWS us-east-1b at $0.11); then
+        # AWS reclaims the instance (spot termination).
+        def gcp_drops() -> None:
+            c.set_gcp(0.08)
+            daemon_sees("gcp", GCP_T4, lambda pool: 0.08)
+
+        r1, p1, uri, from1 = leg(1, "aws", gcp_drops)
         assert (r1["zone"], r1["instance_type"], r1["price_per_hour"]) == (
             "us-east-1a", AWS_T4, pytest.approx(0.10)
         )  # fmt: skip
         assert from1 == 0
-        # GCP drops to $0.08/h (the runner-up had been AWS us-east-1b at $0.11); then AWS
-        # reclaims the instance (spot termination).
-        c.set_gcp(0.08)
-        daemon_sees("gcp", GCP_T4, lambda pool: 0.08)
         saved1 = preempted(1, "aws", r1, p1, uri)
 
-        # Leg 2: on GCP, resumed from attempt 1's checkpoint in S3.
-        r2, p2, _, from2 = leg(2, "gcp")
+        # Leg 2: on GCP, resumed from attempt 1's checkpoint in S3. Azure drops to $0.05/h
+        # (the runner-up had been GCP's other zone); GCE preempts the VM.
+        def azure_drops() -> None:
+            c.set_azure(0.05)
+            daemon_sees("azure", AZ_T4, lambda pool: 0.05)
+
+        r2, p2, _, from2 = leg(2, "gcp", azure_drops)
         assert r2["price_per_hour"] == pytest.approx(0.08) and from2 == saved1 > 0
-        # Azure drops to $0.05/h (the runner-up had been GCP's other zone); GCE preempts.
-        c.set_azure(0.05)
-        daemon_sees("azure", AZ_T4, lambda pool: 0.05)
         saved2 = preempted(2, "gcp", r2, p2, uri)
 
-        # Leg 3: on Azure. AWS drops below it (1b cheapest); Azure evicts the VM.
-        r3, p3, _, from3 = leg(3, "azure")
-        assert r3["price_per_hour"] == pytest.approx(0.05) and from3 == saved2 > saved1
+        # Leg 3: on Azure. AWS drops below it (1b cheapest, 1a just interrupted anyway);
+        # Azure evicts the VM.
         leg4 = {z: 0.035 + 0.001 * i for i, z in enumerate(zones_aws)}
         leg4.update({"us-east-1a": 0.04, "us-east-1b": 0.03})
-        c.set_aws(leg4)
-        daemon_sees("aws", AWS_T4, lambda pool: leg4.get(pool.split("/")[1], 0.5))
+
+        def aws_drops() -> None:
+            c.set_aws(leg4)
+            daemon_sees("aws", AWS_T4, lambda pool: leg4.get(pool.split("/")[1], 0.5))
+
+        r3, p3, _, from3 = leg(3, "azure", aws_drops)
+        assert r3["price_per_hour"] == pytest.approx(0.05) and from3 == saved2 > saved1
         saved3 = preempted(3, "azure", r3, p3, uri)
 
         # Leg 4: back on AWS, in us-east-1b; the job runs to the end and the box powers off.
@@ -484,3 +497,143 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
         total += a["cost_usd"]
     assert detail["job"]["cost_usd"] == pytest.approx(total, rel=1e-6, abs=1e-6 * len(attempts))
     assert detail["job"]["state"] == "SUCCEEDED"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("gpus", "extra", "model", "memory"),
+    [
+        ("A100:8", "gpu_memory_gb = 40\nmemory_gb = 600\n", "A100", 40.0),
+        ("T4", "memory_gb = 15\n", "T4", 16.0),
+    ],
+)
+def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
+    clouds: Clouds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    gpus: str, extra: str, model: str, memory: float,
+) -> None:  # fmt: skip
+    """The job parser and the local market's, AWS's, GCP's and Azure's catalogs speak the
+    same GPU names: each cloud's own spelling (p4d/`A100` in GpuInfo, `nvidia-tesla-a100`,
+    `ND96asr_v4`, the local CSV) comes out as the one canonical model the job asked for."""
+    from providers.aws import AwsProvider, AwsSettings
+    from providers.azure import AzureProvider
+    from providers.gcp import GcpProvider
+    from providers.local import LocalMarket, LocalSettings
+    from scheduler.catalog import Catalog
+    from scheduler.jobspec import load_jobspec
+    from scheduler.placement import PlacementContext, Requirements, candidates, place
+    from tests.providers.azure.harness import settings_for
+    from tests.providers.gcp import fake_gcp
+    from tests.providers.gcp.harness import settings as gcp_settings
+
+    # GCP's a2-highgpu-8g (8x nvidia-tesla-a100, bundled) in the fake's us-central1-a.
+    a2 = ("a2-highgpu-8g", 96, 696320, "nvidia-tesla-a100", 8)
+    monkeypatch.setitem(fake_gcp.MACHINE_TYPES, "us-central1-a",
+                        [*fake_gcp.MACHINE_TYPES["us-central1-a"], a2])  # fmt: skip
+    job_file = tmp_path / "job.toml"
+    job_file.write_text(f'name = "same"\ncommand = ["python", "x.py"]\ngpus = "{gpus}"\n{extra}')
+    req = Requirements.from_spec(load_jobspec(job_file))
+    assert [(g.model, g.count) for g in req.gpus] == [(model, int(gpus.partition(":")[2] or 1))]
+
+    c = clouds
+    providers = {
+        "local": LocalMarket(LocalSettings(state_dir=tmp_path / "local")),
+        "aws": AwsProvider(
+            AwsSettings.model_validate({
+                "regions": [REGION], "endpoint_url": c.moto, "ami": "ami-0123456789abcdef0",
+                "pricing_endpoint_url": c.pricing.url, "max_attempts": 2,
+                "instance_types": ["g4dn.*", "g5.*", "p4d.*", "p4de.*", "p5.*"],
+            }), owner="tests",
+        ),
+        "gcp": GcpProvider(gcp_settings(c.gcp), owner="tests"),
+        "azure": AzureProvider(settings_for(c.arm, c.retail, c.rg), owner="tests"),
+    }  # fmt: skip
+    now = datetime.now().astimezone()
+    ctx = PlacementContext(now=now)
+    types: dict[str, set[str]] = {}
+    for name, provider in providers.items():
+        cat = Catalog(provider.offerings())
+        rows, reason = candidates(req, cat, ctx)
+        found = [cat.offering(int(i)) for i in rows]
+        assert found, f"{name}: {reason}"
+        assert {o.gpu_model for o in found} == {model}, name
+        assert all(o.gpu_memory_gb >= memory and o.gpu_count == req.gpus[0].count for o in found)
+        assert place(req, cat, ctx).offering in found
+        types[name] = {o.instance_type for o in found}
+    # ... and each name came from that cloud's own spelling.
+    if model == "A100":
+        assert {"p4d.24xlarge"} <= types["aws"]
+        assert types["gcp"] == {"a2-highgpu-8g"}
+        assert types["azure"] == {"Standard_ND96asr_v4"}
+    else:
+        assert "g4dn.xlarge" in types["aws"]
+        assert any(t.endswith("+1xnvidia-tesla-t4") for t in types["gcp"])
+        assert "Standard_NC4as_T4_v3" in types["azure"]
+    assert types["local"]
+
+
+_SETTING = re.compile(r"^# ?(\[[\w.]+\]|\w+ = .*)$")
+
+
+def _commented_sections(text: str) -> tuple[str, str]:
+    """deploy/spotwise.toml's commented cloud sections ("# key = value" lines) uncommented,
+    and the rest of the file."""
+    start = text.index("# [providers.aws]")
+    end = text.index("\n[", start)  # the next active section
+    block = text[start:end].splitlines()
+    settings = "\n".join(m.group(1) for line in block if (m := _SETTING.match(line)))
+    return settings, text[:start] + text[end:]
+
+
+def test_deploy_config_documents_every_key_of_the_three_cloud_sections() -> None:
+    import tomllib
+
+    from providers.aws.settings import AwsSettings
+    from providers.azure.settings import AzureSettings
+    from providers.gcp.settings import GcpSettings
+    from scheduler.config import load_config, parse_config
+
+    path = ROOT / "deploy" / "spotwise.toml"
+    text = path.read_text()
+    assert load_config(path).providers.aws is None  # shipped commented: the local market runs
+    uncommented, active = _commented_sections(text)
+    sections = tomllib.loads(uncommented)["providers"]
+    for name, model in (("aws", AwsSettings), ("gcp", GcpSettings), ("azure", AzureSettings)):
+        assert set(sections[name]) == set(model.model_fields), name
+    # Uncommented, they are a valid config next to the file's active sections.
+    cfg = parse_config(active + "\n" + uncommented, str(path))
+    assert cfg.providers.aws and cfg.providers.gcp and cfg.providers.azure
+    assert cfg.providers.gcp.project == "my-project"
+
+
+def test_readme_three_cloud_config_parses() -> None:
+    from scheduler.config import parse_config
+
+    readme = (ROOT / "README.md").read_text()
+    using = readme[readme.index("## Using it") : readme.index("## Operating spotwise")]
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", using, re.S) if "[providers.gcp]" in b]
+    cfg = parse_config(block, "README.md")
+    p = cfg.providers
+    assert p.local is None and p.aws and p.gcp and p.azure
+    assert cfg.daemon.checkpoint_root == "s3://my-checkpoints/spotwise"
+
+
+def test_instances_get_the_stores_endpoint_never_credentials(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from scheduler.store import CheckpointStores
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "never-passed-on")
+    monkeypatch.delenv("SPOTWISE_S3_ENDPOINT_URL", raising=False)
+    assert CheckpointStores().instance_env("s3://b/jobs/j1") == {}  # plain AWS S3
+    monkeypatch.setenv("SPOTWISE_S3_ENDPOINT_URL", "https://minio.example:9000")
+    stores = CheckpointStores()
+    env = stores.instance_env("s3://b/jobs/j1")
+    assert env == {
+        "SPOTWISE_S3_ENDPOINT_URL": "https://minio.example:9000",
+        "AWS_ENDPOINT_URL_S3": "https://minio.example:9000",
+    }
+    assert stores.instance_env("file:///var/lib/spotwise/ckpt/j1") == {}  # no endpoint to pass
+    assert CheckpointStores(s3_endpoint_url="http://10.0.0.5:9000").instance_env("s3://b/p") == {
+        "SPOTWISE_S3_ENDPOINT_URL": "http://10.0.0.5:9000",
+        "AWS_ENDPOINT_URL_S3": "http://10.0.0.5:9000",
+    }

@@ -35,11 +35,9 @@ def main() -> int:
     if latest:
         state = json.loads(store.read_text(f"{latest}/state.json") or "{}")
         step = int(state["step"])  # a checkpoint that does not load is an error, not a zero
-    store.write_text(
-        f"starts/{attempt}.json",
-        json.dumps({"attempt": attempt, "latest": latest or None, "from_step": step,
-                    "cloud": os.environ.get(contract.ENV_CLOUD)}),  # fmt: skip
-    )
+    started = {"attempt": attempt, "latest": latest or None, "from_step": step,
+               "cloud": os.environ.get(contract.ENV_CLOUD)}  # fmt: skip
+    store.write_text(f"starts/{attempt}.json", json.dumps(started))
 
     while step < total:
         if stop:
