@@ -289,7 +289,7 @@ def instance_env(script: str) -> tuple[dict[str, str], list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(360)
 def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
     clouds: Clouds, tmp_path: Path
 ) -> None:
@@ -569,6 +569,21 @@ def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
         assert any(t.endswith("+1xnvidia-tesla-t4") for t in types["gcp"])
         assert "Standard_NC4as_T4_v3" in types["azure"]
     assert types["local"]
+
+
+@pytest.mark.timeout(120)
+def test_prices_warnings_are_one_plain_line_per_cloud(clouds: Clouds, tmp_path: Path) -> None:
+    """With the three clouds configured, a cloud's warning (AWS's Pricing API denied, so
+    the shipped on-demand snapshot is used) is its message, not an object's repr."""
+    clouds.set_aws({f"{REGION}a": 0.10})
+    clouds.pricing.fail_with = "AccessDeniedException"
+    cfg = tmp_path / "spotwise.toml"
+    cfg.write_text(config_text(tmp_path, clouds))
+    doc = cli(cfg, "prices", "--gpu", "T4")
+    assert {r["cloud"] for r in doc["offerings"]} == {"aws", "gcp", "azure"}
+    aws = [e for e in doc["errors"] if e.startswith("aws: ")]
+    assert aws and all("ProviderEvent" not in e for e in doc["errors"]), doc["errors"]
+    assert not any(e.startswith("aws: aws:") for e in aws)
 
 
 _SETTING = re.compile(r"^# ?(\[[\w.]+\]|\w+ = .*)$")
