@@ -127,5 +127,21 @@ class CheckpointStores:
         return code if isinstance(code, int) and not isinstance(code, bool) else None
 
     def claim(self, uri: str, attempt: int, attempt_id: str, job_id: str) -> None:
-        """Record `attempt` as the store's owner before it is launched (the fence)."""
+        """Record `attempt` as the store's owner before it is launched (the fence).
+
+        The fence only moves forward: a later attempt of the same job already owning the
+        store means this claim comes from a stale daemon (paused, then replaced), and moving
+        `owner.json` back would let the old attempt's trainer overwrite the new one's
+        checkpoints. A store reused by another job is claimed afresh.
+        """
+        current = contract.parse_json(self.read(uri, contract.OWNER)) or {}
+        theirs = current.get("attempt")
+        if (
+            current.get("job_id") == job_id
+            and isinstance(theirs, int)
+            and theirs > attempt
+        ):
+            raise StoreError(
+                f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
+            )
         self.write(uri, contract.OWNER, contract.owner_doc(attempt, attempt_id, job_id))
