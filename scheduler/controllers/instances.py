@@ -146,9 +146,10 @@ class InstanceController:
                 self._apply(x, inst, now)
         for a, uri in gangs:
             r = results.get(a.provider)
-            if r is None or r.value is None:
-                continue
-            seen = {i.id: i for i in r.value}
+            open_nodes = [n for n in nodes.get(a.id, []) if n.state is not AttemptState.ENDED]
+            if open_nodes and (r is None or r.value is None):
+                continue  # cannot tell this pass
+            seen = {i.id: i for i in (r.value or [])} if r is not None else {}
             delay = clouds.providers[a.provider].capabilities.visibility_delay
             since = a.launch_requested_at or a.created_at
             views: dict[int, Instance] = {}
