@@ -237,6 +237,7 @@ class LaunchController:
                 contract.ENV_ATTEMPT: str(a.number),
                 contract.ENV_CHECKPOINT_URI: job.checkpoint_uri,
                 contract.ENV_CLOUD: a.cloud,
+                contract.ENV_NNODES: str(a.nodes),
             }
         )
         caps = provider.capabilities
@@ -249,7 +250,6 @@ class LaunchController:
         if a.nodes > 1:
             # Every node: the gang's size and one rendezvous id; the provider adds each
             # node's rank and node 0's address (contract.ENV_NODE_RANK, ENV_RDZV_ENDPOINT).
-            env[contract.ENV_NNODES] = str(a.nodes)
             env[contract.ENV_RDZV_ID] = a.id
             if caps.placement_groups:
                 group = caps.label(f"spotwise-{a.id}")

@@ -273,4 +273,3 @@ def test_launch_timeout_stops_a_gang_that_never_came_up_whole(make_world):
     w.provider._view = orig
     w.tick(n=3)
     assert w.attempts(jid)[0].end_reason is AttemptEnd.LAUNCH_FAILED
-
