@@ -34,7 +34,8 @@ def _losses(path: Path) -> dict[int, set[float]]:
 
 def _job(tmp: Path, name: str, metrics: Path, extra: str = "") -> Path:
     cmd = ["python", "-m", "trainer", "--nnodes", "2", "--nproc-per-node", "2", *ARGS,
-           "--training.step_delay_seconds", "0.4", "--debug.metrics_file", str(metrics)]  # fmt: skip
+           "--training.step_delay_seconds", "0.4",
+           "--debug.metrics_file", str(metrics)]  # fmt: skip
     job = tmp / f"{name}.toml"
     job.write_text(
         f'name = "{name}"\ngpus = "V100:1"\nnodes = 2\ngpu_hours = 1\nregions = ["us-east-2"]\n'

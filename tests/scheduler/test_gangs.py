@@ -4,7 +4,6 @@ all or nothing, per-node billing, a node's notice stopping the whole gang, elast
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
 
 import pytest
 from sqlmodel import Session, select
