@@ -34,7 +34,7 @@ def _losses(path: Path) -> dict[int, set[float]]:
 
 def _job(tmp: Path, name: str, metrics: Path, extra: str = "") -> Path:
     cmd = ["python", "-m", "trainer", "--nnodes", "2", "--nproc-per-node", "2", *ARGS,
-           "--training.step_delay_seconds", "0.4",
+           "--training.step_delay_seconds", "1.0",
            "--debug.metrics_file", str(metrics)]  # fmt: skip
     job = tmp / f"{name}.toml"
     job.write_text(
@@ -46,7 +46,7 @@ def _job(tmp: Path, name: str, metrics: Path, extra: str = "") -> Path:
 
 def _interrupt_node_1(sw: Spotwise, job_id: str) -> dict:
     row = sw.wait_job(
-        job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 12, 180
+        job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 6, 180
     )
     attempt = sw.cli("show", job_id)["attempts"][-1]
     assert [n["node"] for n in attempt["instances"]] == [0, 1]

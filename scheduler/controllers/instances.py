@@ -113,10 +113,10 @@ class InstanceController:
             n: [x.ref for x in xs] for n, xs in by_provider.items()
         }
         for a, _ in gangs:
-            for r in nodes.get(a.id, []):
-                if r.instance_id and r.state is not AttemptState.ENDED:
+            for n in nodes.get(a.id, []):
+                if n.instance_id and n.state is not AttemptState.ENDED:
                     refs.setdefault(a.provider, []).append(
-                        ResourceRef(r.instance_id, r.region, r.zone, r.instance_scope, r.started_at)
+                        ResourceRef(n.instance_id, n.region, n.zone, n.instance_scope, n.started_at)
                     )
         results = clouds.gather(
             {

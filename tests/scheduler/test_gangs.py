@@ -272,3 +272,15 @@ def test_launch_timeout_stops_a_gang_that_never_came_up_whole(make_world):
     w.provider._view = orig
     w.tick(n=3)
     assert w.attempts(jid)[0].end_reason is AttemptEnd.LAUNCH_FAILED
+
+
+def test_a_gang_runs_once_every_node_does(make_world):
+    w = make_world()
+    w.provider.start_running = False  # GCE/Azure style: PENDING, the outcome via describe
+    jid = w.submit(gpus="V100:1", nodes=2)
+    w.tick()
+    assert w.attempts(jid)[0].state is AttemptState.LAUNCHING
+    w.tick()
+    a = w.attempts(jid)[0]
+    assert a.state is AttemptState.RUNNING and w.job(jid).state is JobState.RUNNING
+    assert all(n.state is AttemptState.RUNNING for n in _nodes(w, a.id))
