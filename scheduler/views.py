@@ -266,8 +266,12 @@ def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, An
         return [_event_row(e) for e in reversed(rows)]
 
 
-def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
-    """Configured budgets joined with the spend the daemon last accrued."""
+def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
+    """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
+    the spend at the end of the current window (`projected_to`) if today's burn goes on; a
+    "total" budget has no end, so it has no projection."""
+    from scheduler.budget import window_end
+
     with Session(engine) as s:
         spent = {b.name: b for b in s.exec(select(BudgetSpend)).all()}
     rows = []
@@ -275,6 +279,8 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
         row = spent.get(b.name)
         used = row.spent_usd if row else 0.0
         burn = row.burn_per_hour if row else 0.0
+        end = window_end(b.window, now)
+        left_h = max(0.0, (end - now).total_seconds() / 3600.0) if end else 0.0
         rows.append(
             {
                 "name": b.name,
@@ -285,7 +291,8 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
                 "hard": b.hard,
                 "spent_usd": round(used, 6),
                 "burn_per_hour": round(burn, 6),
-                "projected_usd": round(used + burn * 24, 6),
+                "projected_usd": round(used + burn * left_h, 6) if end else None,
+                "projected_to": end,
                 "state": row.state if row else "ok",
                 "updated_at": row.updated_at if row else None,
             }
