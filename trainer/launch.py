@@ -30,7 +30,13 @@ from pathlib import Path
 from types import FrameType
 
 from trainer import EXIT_PREEMPTED
-from trainer.contract import ENV_NNODES, ENV_NODE_RANK, ENV_RDZV_ENDPOINT, ENV_RDZV_ID
+from trainer.contract import (
+    ENV_NNODES,
+    ENV_NODE_ADDR,
+    ENV_NODE_RANK,
+    ENV_RDZV_ENDPOINT,
+    ENV_RDZV_ID,
+)
 
 EXIT_FILE_ENV = "SPOTWISE_TRAINER_EXIT_FILE"
 SHUTDOWN_TIMEOUT_S = 100
@@ -59,7 +65,12 @@ def rendezvous_args(nnodes: int, env: dict[str, str] | os._Environ[str]) -> list
             f"trainer: error: --nnodes {nnodes} needs ${ENV_RDZV_ENDPOINT} (node 0's host:port)"
         )
     rank = env.get(ENV_NODE_RANK, "0")
+    # c10d orders ranks by node address: a provider that can give each node a sortable
+    # address (the local market: 127.0.0.<rank + 1>) makes rank r*G.. land on node r every
+    # attempt, so a resumed gang reduces in the same order (bit-exact).
+    local = [f"--local-addr={env[ENV_NODE_ADDR]}"] if env.get(ENV_NODE_ADDR) else []
     return [
+        *local,
         f"--nnodes={nnodes}",
         "--rdzv-backend=c10d",
         f"--rdzv-endpoint={endpoint}",

@@ -318,7 +318,10 @@ class LocalMarket:
                     f"the capacity error (the local capacity of {off.pool} is full)",
                     pool=off.pool,
                 )
-            env = {**gang, "SPOTWISE_NODE_RANK": str(node)} if gang else {}
+            env = {}
+            if gang:  # a loopback address per node: the rendezvous orders ranks by it
+                env = {**gang, "SPOTWISE_NODE_RANK": str(node)}
+                env["SPOTWISE_NODE_ADDR"] = f"127.0.0.{node + 1}"
             out.append(self._launch_node(request, row, node, iid, command, now, env))
         return out
 

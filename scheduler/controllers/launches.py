@@ -382,7 +382,7 @@ class LaunchController:
             short = gang_shortfall(
                 len(up), a.nodes, a.instance_type, a.zone, "before the capacity error"
             )
-            detail = f"{short}: {why}"
+            detail = why if short in why else f"{short}: {why}"
             mark_gang_capacity(s, cause.pool or a.pool, len(up), short, now, cfg.unavailable_ttl)
         else:
             detail = (
