@@ -17,7 +17,7 @@ from providers.local import LocalMarket, LocalSettings
 from tests.test_e2e_local import Spotwise
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
-STEPS = 30
+STEPS = 40
 ARGS = [
     "--config", "tiny", "--training.steps", str(STEPS), "--checkpoint.interval_steps", "10",
     "--model.dropout", "0", "--data.num_workers", "0", "--checkpoint.async_save", "false",
@@ -46,7 +46,7 @@ def _job(tmp: Path, name: str, metrics: Path, extra: str = "") -> Path:
 
 def _interrupt_node_1(sw: Spotwise, job_id: str) -> dict:
     row = sw.wait_job(
-        job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 6, 180
+        job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 3, 180
     )
     attempt = sw.cli("show", job_id)["attempts"][-1]
     assert [n["node"] for n in attempt["instances"]] == [0, 1]

@@ -33,7 +33,6 @@ from providers.base import (
     LaunchRejected,
     LaunchRequest,
     Market,
-    ProviderError,
     ResourceKind,
     ResourceRef,
     TaggedResource,
@@ -69,6 +68,7 @@ class Instances:
         self._networks = networks
         self._owner = owner
         self._notices = notices
+        self._no_groups: set[str] = set()  # regions whose endpoint lists no placement groups
 
     @property
     def _regions(self) -> list[str]:
@@ -289,6 +289,8 @@ class Instances:
 
     def _groups(self, region: str, owner: str) -> list[TaggedResource]:
         """Our gangs' placement groups (deleted by leak collection once their attempt ended)."""
+        if region in self._no_groups:
+            return []
         ec2 = self._api.ec2(region)
         try:
             raws = self._api.call(
@@ -297,10 +299,12 @@ class Instances:
                     Filters=[{"Name": f"tag:{TAG_OWNER}", "Values": [owner]}]
                 ).get("PlacementGroups", []),
             )
-        except (ProviderError, BotoCoreError, ClientError) as exc:
+        except Exception as exc:
             # Groups hold no instances once their gang ended and cost nothing: a listing
-            # that fails must not hide the instances and volumes listed above.
-            self._api.emit(f"aws: cannot list placement groups in {region}: {exc}")
+            # that fails must not hide the instances and volumes listed above. Not asked
+            # again in this region by this process (an endpoint without placement groups).
+            self._no_groups.add(region)
+            self._api.emit(f"aws: cannot list placement groups in {region}: {str(exc)[:200]}")
             return []
         out = []
         for g in raws:
