@@ -370,7 +370,9 @@ def live_offerings(
             continue
         drain = getattr(provider, "drain_events", None)
         if callable(drain):
-            problems.extend(f"{name}: {m}" for m in drain())
+            for m in drain():  # ProviderEvents; their messages may name the cloud already
+                text = str(getattr(m, "message", m))
+                problems.append(text if text.startswith(f"{name}:") else f"{name}: {text}")
         for o in offerings:
             if cloud and o.cloud != cloud:
                 continue

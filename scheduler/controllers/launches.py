@@ -230,7 +230,8 @@ class LaunchController:
             a.price_per_hour,
             a.created_at,
         )
-        env = dict(spec.env)
+        # The store's endpoint first: a job's own env may point its instances elsewhere.
+        env = {**self.stores.instance_env(job.checkpoint_uri), **spec.env}
         env.update(
             {
                 contract.ENV_JOB_ID: job.id,
