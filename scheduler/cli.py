@@ -533,7 +533,7 @@ def _print_show(doc: dict[str, Any]) -> None:
                 for x in (
                     str(a["number"]),
                     a["pool"],
-                    a["instance_id"] or "-",
+                    _instances(a),
                     _money(a["price_per_hour"]),
                     _when(a["started_at"]),
                     _when(a["ended_at"]),
@@ -1138,3 +1138,10 @@ def main() -> None:
         _print_error(str(e), e.exit_code)
     except (DatabaseError, sqlite3.DatabaseError) as e:
         _print_error(_database_problem(e), UserError.exit_code)
+
+
+def _instances(a: dict) -> str:
+    """A gang's instances in `show`: node 0's id and how many nodes (each is billed)."""
+    first = a["instance_id"] or "-"
+    n = a.get("nodes") or 1
+    return first if n <= 1 else f"{first} (+{max(0, len(a.get('instances') or []) - 1)}, {n} nodes)"

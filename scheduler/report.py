@@ -156,7 +156,7 @@ def load(
                     cloud=a.cloud,
                     pool=a.pool,
                     market=a.market,
-                    gpu_count=a.gpu_count,
+                    gpu_count=a.gpu_count * a.nodes,  # a gang: every node's GPUs
                     start=a.started_at,
                     end=max(paid, a.started_at),
                     end_reason=a.end_reason,
