@@ -136,11 +136,7 @@ class CheckpointStores:
         """
         current = contract.parse_json(self.read(uri, contract.OWNER)) or {}
         theirs = current.get("attempt")
-        if (
-            current.get("job_id") == job_id
-            and isinstance(theirs, int)
-            and theirs > attempt
-        ):
+        if current.get("job_id") == job_id and isinstance(theirs, int) and theirs > attempt:
             raise StoreError(
                 f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
             )
