@@ -47,7 +47,7 @@ def upgrade() -> None:
         sa.Column("instance_scope", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("region", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
         sa.Column("zone", sqlmodel.sql.sqltypes.AutoString(), nullable=False),
-        sa.Column("state", sa.String(length=32), nullable=True),
+        sa.Column("state", sa.String(length=32), nullable=False),
         sa.Column("started_at", scheduler.models.UTCDateTime(), nullable=True),
         sa.Column("accrued_until", scheduler.models.UTCDateTime(), nullable=True),
         sa.Column("ended_at", scheduler.models.UTCDateTime(), nullable=True),
