@@ -44,7 +44,6 @@ ENV_NNODES = "SPOTWISE_NNODES"
 ENV_NODE_RANK = "SPOTWISE_NODE_RANK"
 ENV_RDZV_ENDPOINT = "SPOTWISE_RDZV_ENDPOINT"
 ENV_RDZV_ID = "SPOTWISE_RDZV_ID"
-ENV_NODE_ADDR = "SPOTWISE_NODE_ADDR"  # optional: this node's address for the rendezvous
 
 EXIT_PREEMPTED = 75  # "preempted, a durable checkpoint exists: start me again"
 EXIT_FENCED = 76  # "another attempt owns the store now: this one must not continue"

@@ -12,11 +12,15 @@ The handlers are installed *before* torchrun is spawned: a notice in the first s
 in 75. When a signal was forwarded and rank 0 recorded nothing, nothing ran past the last
 durable checkpoint that a restart would lose, so 75 ("start me again") is the honest code.
 
-Gangs: on each of N nodes this wrapper runs one torchrun that joins the c10d rendezvous at
-``$SPOTWISE_RDZV_ENDPOINT`` (node 0's address; node 0 hosts the store, ``is_host``), with one
-``$SPOTWISE_RDZV_ID`` per attempt, so the N x G workers form one process group (NCCL on CUDA,
-gloo otherwise, chosen by trainer.distributed). Each node's local rank 0 records the code
-for its own node, which the stop flag all ranks agree on makes the same everywhere.
+Gangs: on each of N nodes this wrapper runs one torchrun with the *static* rendezvous at
+``$SPOTWISE_RDZV_ENDPOINT`` (node 0's address; node 0's torchrun hosts the store) and
+``--node-rank=$SPOTWISE_NODE_RANK``, with one ``$SPOTWISE_RDZV_ID`` per attempt, so the N x G
+workers form one process group (NCCL on CUDA, gloo otherwise, chosen by trainer.distributed)
+in which global rank = node_rank * G + local_rank on every attempt. (c10d's dynamic
+rendezvous numbers nodes by sorted address, so a re-placed gang could get its ranks in another
+order; the per-rank state follows the global rank either way, but a fixed layout keeps rank 0
+on node 0 and logs comparable across attempts.) Each node's local rank 0 records the code for
+its own node, which the stop flag all ranks agree on makes the same everywhere.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
+from typing import NoReturn
 
-from trainer import EXIT_PREEMPTED
+from trainer import EXIT_PREEMPTED, EXIT_USAGE
 from trainer.contract import (
     ENV_NNODES,
-    ENV_NODE_ADDR,
     ENV_NODE_RANK,
     ENV_RDZV_ENDPOINT,
     ENV_RDZV_ID,
@@ -55,28 +60,28 @@ def nodes_from_env(default: int) -> int:
     return int(value) if value.isdigit() and int(value) >= 1 else default
 
 
-def rendezvous_args(nnodes: int, env: dict[str, str] | os._Environ[str]) -> list[str]:
-    """torchrun's rendezvous flags: loopback for one node, node 0's endpoint for a gang."""
+def rendezvous_args(nnodes: int, env: Mapping[str, str]) -> list[str]:
+    """torchrun's rendezvous flags: loopback for one node; static, ranked by node, for a gang."""
     if nnodes <= 1:
         return ["--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0"]
     endpoint = env.get(ENV_RDZV_ENDPOINT, "")
     if not endpoint:
-        raise SystemExit(
-            f"trainer: error: --nnodes {nnodes} needs ${ENV_RDZV_ENDPOINT} (node 0's host:port)"
-        )
-    rank = env.get(ENV_NODE_RANK, "0")
-    # c10d orders ranks by node address: a provider that can give each node a sortable
-    # address (the local market: 127.0.0.<rank + 1>) makes rank r*G.. land on node r every
-    # attempt, so a resumed gang reduces in the same order (bit-exact).
-    local = [f"--local-addr={env[ENV_NODE_ADDR]}"] if env.get(ENV_NODE_ADDR) else []
+        _usage(f"--nnodes {nnodes} needs ${ENV_RDZV_ENDPOINT} (node 0's host:port)")
+    rank = env.get(ENV_NODE_RANK, "")
+    if not rank.isdigit() or int(rank) >= nnodes:
+        _usage(f"--nnodes {nnodes} needs ${ENV_NODE_RANK} in 0..{nnodes - 1}, got {rank!r}")
     return [
-        *local,
         f"--nnodes={nnodes}",
-        "--rdzv-backend=c10d",
+        f"--node-rank={int(rank)}",
+        "--rdzv-backend=static",
         f"--rdzv-endpoint={endpoint}",
         f"--rdzv-id={env.get(ENV_RDZV_ID, 'spotwise')}",
-        f"--rdzv-conf=is_host={1 if rank == '0' else 0}",
     ]
+
+
+def _usage(message: str) -> NoReturn:
+    print(f"trainer: error: {message}", file=sys.stderr)
+    raise SystemExit(EXIT_USAGE)
 
 
 def launch(

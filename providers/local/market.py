@@ -319,9 +319,8 @@ class LocalMarket:
                     pool=off.pool,
                 )
             env = {}
-            if gang:  # a loopback address per node: the rendezvous orders ranks by it
+            if gang:  # torchrun's static rendezvous ranks the node by SPOTWISE_NODE_RANK
                 env = {**gang, "SPOTWISE_NODE_RANK": str(node)}
-                env["SPOTWISE_NODE_ADDR"] = f"127.0.0.{node + 1}"
             out.append(self._launch_node(request, row, node, iid, command, now, env))
         return out
 
