@@ -93,6 +93,18 @@ _ARG_MAX = os.sysconf("SC_ARG_MAX") if hasattr(os, "sysconf") else 256 * 1024
 _ENV_HEADROOM = 16 * 1024  # what the market adds (PATH, HOME, SPOTWISE_*)
 
 
+GANG_NODE_DELAY_ENV = "SPOTWISE_LOCAL_GANG_NODE_DELAY_S"
+"""Seconds the market waits between a gang's nodes (unset: none): a cloud that starts nodes
+one by one, so a test can kill the daemon while only part of a gang exists."""
+
+
+def _gang_node_pause() -> None:
+    raw = os.environ.get(GANG_NODE_DELAY_ENV, "")
+    with contextlib.suppress(ValueError):
+        if float(raw) > 0:
+            time.sleep(float(raw))
+
+
 class _Clock(Protocol):
     def now(self) -> datetime: ...
 
@@ -322,6 +334,8 @@ class LocalMarket:
             if gang:  # torchrun's static rendezvous ranks the node by SPOTWISE_NODE_RANK
                 env = {**gang, "SPOTWISE_NODE_RANK": str(node)}
             out.append(self._launch_node(request, row, node, iid, command, now, env))
+            if gang and node < len(ids) - 1:
+                _gang_node_pause()
         return out
 
     def _gang_env(self, request: LaunchRequest, ids: list[str]) -> dict[str, str]:
