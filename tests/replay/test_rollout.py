@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.policy import ON_DEMAND, SPOT, WAIT, get_policy
+from scheduler.policy import ON_DEMAND, SPOT, WAIT, spotwise
 from scheduler.policy.rollout import Model, expected_costs
-from scheduler.policy import spotwise
 from scheduler.policy.spotwise import SpotwisePolicy
 from scheduler.replay.sim import Job, simulate
 from scheduler.replay.trace import single_zone
@@ -58,9 +57,7 @@ def test_the_same_inputs_give_the_same_estimate() -> None:
 def _warm(pol: SpotwisePolicy, up_ticks: int, down_ticks: int, tick: float) -> None:
     """A week of zone `a` coming and going with this period, seen before the job."""
     n = round(7 * 24 / tick)
-    pol.warm_up(
-        [((i - n) * tick, {"a": i % (up_ticks + down_ticks) < up_ticks}) for i in range(n)]
-    )
+    pol.warm_up([((i - n) * tick, {"a": i % (up_ticks + down_ticks) < up_ticks}) for i in range(n)])
 
 
 def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
