@@ -151,6 +151,7 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
                     "worse_than_up_pct": _num(r.worse_than(name), 1),
                     "above_on_demand_pct": _num(r.above_on_demand(name), 1),
                     "worst_vs_on_demand": _num(r.worst_vs_on_demand(name), 4),
+                    "ms_per_decision": _num(st.ms_per_decision, 3),
                 }
             )
         shown, why = r.published_status()
@@ -196,7 +197,7 @@ def _fmt_ci(ci: list) -> str:
 def _print_setting(res: dict[str, Any]) -> None:
     table = Table(title=f"{res['title']}: {res['runs']} windows, {res['clusters']} clusters")
     cols = ("policy", "avg cost $", "misses", "score", "95% CI", "x optimal", "worse than UP",
-            "worst / all-OD", "> all-OD")  # fmt: skip
+            "worst / all-OD", "> all-OD", "ms/decision")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for row in res["policies"]:
@@ -211,6 +212,7 @@ def _print_setting(res: dict[str, Any]) -> None:
             f"{row['worse_than_up_pct']:.0f}%",
             f"{row['worst_vs_on_demand']:.3f}",
             f"{row['above_on_demand_pct']:.0f}%",
+            "-" if row["ms_per_decision"] is None else f"{row['ms_per_decision']:.3f}",
         )
     _out.print(table)
     d = res.get("spotwise_minus_best_baseline")
@@ -242,7 +244,7 @@ def _print_sweep(doc: dict[str, Any]) -> None:
     )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
             "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)", "worse than UP",
-            "worst / all-OD")  # fmt: skip
+            "worst / all-OD (s/g/u)", "ms/decision")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for s in doc["settings"]:
@@ -261,7 +263,8 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             *(_fmt_delta(s.get(f"spotwise_minus_best_{f}")) for f in ("single_zone", "multi_zone")),
             "/".join(str(rows[p]["deadline_misses"]) for p in MISS_ORDER),
             f"{sw['worse_than_up_pct']:.0f}%",
-            f"{sw['worst_vs_on_demand']:.3f}",
+            "/".join(f"{rows[p]['worst_vs_on_demand']:.3f}" for p in MISS_ORDER),
+            f"{sw['ms_per_decision']:.3f}",
         )
     _out.print(table)
     if first:

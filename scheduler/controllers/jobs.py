@@ -338,7 +338,10 @@ class JobController:
             checkpoint_hours=hours(self._config().daemon.stop_grace),
             lost_work_hours=ctx.lost_work_hours,
         )
-        move = follow.decide(cur, alt, od_price, remaining, costs)
+        pol = self._config().policy
+        move = follow.decide(
+            cur, alt, od_price, remaining, costs, pol.follow_min_saving, hours(pol.follow_min_gap)
+        )
         if move is None:
             return
         request_stop(s, a, "price", now)
