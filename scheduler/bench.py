@@ -243,8 +243,8 @@ def _print_sweep(doc: dict[str, Any]) -> None:
         "single- and multi-zone"
     )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
-            "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)", "worse than UP",
-            "worst / all-OD (s/g/u)", "ms/decision")  # fmt: skip
+            "cold", "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)",
+            "worse than UP", "worst / all-OD (s/g/u)", "ms/decision")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for s in doc["settings"]:
@@ -259,6 +259,7 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             f"{rows['greedy']['score']:.1f}",
             f"{rows['uniform-progress']['score']:.1f}",
             f"{sw['score']:.1f} {_fmt_ci(sw['score_ci95'])}",
+            f"{rows['spotwise-cold']['score']:.1f}" if "spotwise-cold" in rows else "-",
             f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}",
             *(_fmt_delta(s.get(f"spotwise_minus_best_{f}")) for f in ("single_zone", "multi_zone")),
             "/".join(str(rows[p]["deadline_misses"]) for p in MISS_ORDER),
@@ -271,7 +272,9 @@ def _print_sweep(doc: dict[str, Any]) -> None:
         _out.print(
             f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets; "
             "'spotwise - best': our score minus the better of greedy and UP (per replicate), "
-            "over all windows, the single-zone ones and the multi-zone ones"
+            "over all windows, the single-zone ones and the multi-zone ones; 'cold': spotwise "
+            "with no warm-up history (a new daemon's first job of a shape); 'ms/decision': "
+            "spotwise's wall time per decision tick, simulator loop and warm-up included"
         )
 
 

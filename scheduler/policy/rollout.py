@@ -14,6 +14,13 @@ decision tick and at most MAX_STEPS steps to the deadline. Pure and seeded: the 
 give the same answer. Zone choice inside a rollout is by price inflated by expected losses for
 every candidate (the candidates differ in when to wait, run on-demand or go back to spot, not
 in which pool); migration charges are left out.
+
+Off in spotwise (spotwise.ARBITER): on the train split's overhead x slack sweep it lost to
+the rule alone (sum over the 20 cells of spotwise minus the better of greedy/UP: +48.9
+without; +36.3 with it everywhere, margin 0; +41.8 with a one-restart margin and +35.0 with
+greedy as the only rival, both on at overheads >= 0.2 h except 0.2 h x 1.5/2). The
+windows it lost were ones where, on on-demand, it sided with greedy's "stay for good": the
+exponential model, fitted to flapping pools, did not foresee the long spells that followed.
 """
 
 from __future__ import annotations

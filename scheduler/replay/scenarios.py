@@ -464,7 +464,7 @@ def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
                     f"overhead {o:g} h, deadline {k:g}x the task",
                     tuple(cases),
                     windows=describe(split),
-                    policies=ONLINE,
+                    policies=(*ONLINE, COLD),
                 )
             )
     return out

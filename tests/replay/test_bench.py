@@ -65,7 +65,8 @@ def test_bench_deadline_sweep_quick_json() -> None:
     ]
     for s in doc["settings"]:
         rows = {r["policy"]: r for r in s["policies"]}
-        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise"}
+        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise", "spotwise-cold"}
+        assert rows["spotwise-cold"]["deadline_misses"] == 0
         assert s["runs"] == 2 and s["windows_from"].startswith("test split")
         assert rows["spotwise"]["deadline_misses"] == 0
         assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6

@@ -69,6 +69,7 @@ def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
     own = _OwnRuleOnly()
     _warm(own, 31, 1, 0.25)
     assert own.decide(o) == ON_DEMAND
+    monkeypatch.setattr(spotwise, "ARBITER", True)  # off by default (README: train split)
     monkeypatch.setattr(spotwise, "ROLLOUT_MARGIN", 0.0)
     pol = SpotwisePolicy()
     _warm(pol, 31, 1, 0.25)
