@@ -8,7 +8,7 @@ pool that is interrupted often costs restarts and lost work.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -31,6 +31,8 @@ class Requirements:
     regions: frozenset[str] = frozenset()
     max_price_per_hour: float | None = None
     spot: SpotPreference = SpotPreference.PREFER
+    nodes: int = 1  # a gang's size; the GPU shapes are per node
+    min_nodes: int | None = None  # elastic: as few as this when `nodes` cannot be placed
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> Requirements:
@@ -42,10 +44,14 @@ class Requirements:
             regions=frozenset(spec.regions),
             max_price_per_hour=spec.max_price_per_hour,
             spot=spec.spot,
+            nodes=spec.nodes,
+            min_nodes=spec.min_nodes,
         )
 
     def describe(self) -> str:
         what = " or ".join(str(g) for g in self.gpus)
+        if self.nodes > 1:
+            what = f"{self.nodes} nodes of {what}"
         if self.max_price_per_hour is not None:
             what += f" under ${self.max_price_per_hour:g}/h"
         if self.clouds:
@@ -77,6 +83,9 @@ class PlacementContext:
     # A deadline policy may restrict the market (and spot zones) for this decision.
     markets: frozenset[Market] | None = None
     spot_zones: frozenset[str] | None = None
+    # pool -> (how many instances it held before a capacity error, that reason): learned
+    # from gang launches, still in force; gangs larger than that skip the pool.
+    gang_capacity: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +94,7 @@ class Decision:
     reason: str
     expected_cost: float | None = None
     candidates: int = 0
+    nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
 
     @property
     def placed(self) -> bool:
@@ -114,9 +124,19 @@ def _pool_mask(cat: Catalog, rows: np.ndarray, pools: set[str]) -> np.ndarray:
     return np.isin(cat.pool[rows], codes)
 
 
-def candidates(req: Requirements, cat: Catalog, ctx: PlacementContext) -> tuple[np.ndarray, str]:
-    """Rows of every adequate offering, or no rows and the reason a user would want to read."""
-    want = req.describe()
+def gang_rate(node_rate: np.ndarray | float, nodes: int) -> np.ndarray | float:
+    """A gang is interrupted when any node is: N independent Poisson losses of rate r have
+    their first at rate N x r. The one place the gang's interruption-rate scaling lives."""
+    return node_rate * max(1, nodes)
+
+
+def candidates(
+    req: Requirements, cat: Catalog, ctx: PlacementContext, nodes: int | None = None
+) -> tuple[np.ndarray, str]:
+    """Rows of every adequate offering (for `nodes` instances, default the job's), or no rows
+    and the reason a user would want to read."""
+    n = req.nodes if nodes is None else nodes
+    want = req.describe() if n == req.nodes else replace(req, nodes=n).describe()
     rows = _hardware_rows(req, cat)
     if len(rows) == 0:
         return _none(f"no offering with {want}")
@@ -161,10 +181,24 @@ def candidates(req: Requirements, cat: Catalog, ctx: PlacementContext) -> tuple[
             )
         rows = free
 
+    if n > 1 and ctx.gang_capacity:
+        small = {p for p, (cap, _) in ctx.gang_capacity.items() if cap < n}
+        if small:
+            mask = _pool_mask(cat, rows, small)
+            if mask.all():
+                pool = cat.offering(rows[0]).pool
+                why = ctx.gang_capacity.get(pool, (0, ""))[1] or "too small for the gang"
+                return _none(
+                    f"no pool can take {n} nodes now ({len(rows)} too small; {why}); "
+                    "retrying when their back-off ends"
+                )
+            rows = rows[~mask]
+
     if ctx.max_affordable_price is not None:
-        affordable = rows[cat.price[rows] <= ctx.max_affordable_price]
+        # A gang reserves N x the price: every one of its instances is billed.
+        affordable = rows[cat.price[rows] * n <= ctx.max_affordable_price]
         if len(affordable) == 0:
-            cheapest = float(cat.price[rows].min())
+            cheapest = float(cat.price[rows].min()) * n
             return _none(
                 f"budget '{ctx.budget_name}' cannot pay ${cheapest:.2f}/h for one accrual "
                 f"interval (at most ${ctx.max_affordable_price:.2f}/h fits its headroom)",
@@ -179,23 +213,38 @@ def _none(reason: str) -> tuple[np.ndarray, str]:
 
 
 def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
-    """Choose the adequate offering with the lowest expected cost to finish, or say why none."""
+    """Choose the adequate offering with the lowest expected cost to finish, or say why none.
+    An elastic gang that cannot be placed whole takes the most nodes that can be."""
     rows, reason = candidates(req, cat, ctx)
+    n = req.nodes
+    if len(rows) == 0 and req.min_nodes is not None and req.min_nodes < req.nodes:
+        for fewer in range(req.nodes - 1, req.min_nodes - 1, -1):
+            rows, _ = candidates(req, cat, ctx, nodes=fewer)
+            if len(rows):
+                n = fewer
+                break
     if len(rows) == 0:
         return Decision(None, reason)
-    cost = expected_cost(cat, rows, ctx)
+    cost = expected_cost(cat, rows, ctx, nodes=n)
     best = int(np.argmin(cost))
+    why = "cheapest expected cost to finish"
+    if n < req.nodes:
+        why += f" on {n} of {req.nodes} nodes ({reason})"
     return Decision(
         cat.offering(rows[best]),
-        "cheapest expected cost to finish",
+        why,
         expected_cost=float(cost[best]),
         candidates=len(rows),
+        nodes=n,
     )
 
 
-def expected_cost(cat: Catalog, rows: np.ndarray, ctx: PlacementContext) -> np.ndarray:
-    """price x hours x (1 + interruption rate x (restart overhead + work lost per interruption))."""
-    gpus = np.maximum(cat.gpu_count[rows], 1)
+def expected_cost(
+    cat: Catalog, rows: np.ndarray, ctx: PlacementContext, nodes: int = 1
+) -> np.ndarray:
+    """price x N x hours x (1 + gang rate x (restart overhead + work lost per interruption)),
+    where the work is split over N nodes' GPUs and the gang rate is N x a node's."""
+    gpus = np.maximum(cat.gpu_count[rows], 1) * max(1, nodes)
     hours = (ctx.remaining_gpu_hours / gpus) if ctx.remaining_gpu_hours else np.ones(len(rows))
     if ctx.rate_by_row is not None and len(ctx.rate_by_row) == len(cat):
         rate = ctx.rate_by_row[rows]
@@ -203,8 +252,8 @@ def expected_cost(cat: Catalog, rows: np.ndarray, ctx: PlacementContext) -> np.n
         rate = rate_column(cat, ctx.interruption_rate)[rows]
     else:
         rate = np.where(cat.spot[rows], DEFAULT_SPOT_INTERRUPTION_RATE, 0.0)
-    penalty = rate * (ctx.restart_overhead_hours + ctx.lost_work_hours)
-    return cat.price[rows] * hours * (1.0 + penalty)
+    penalty = gang_rate(rate, nodes) * (ctx.restart_overhead_hours + ctx.lost_work_hours)
+    return cat.price[rows] * max(1, nodes) * hours * (1.0 + penalty)
 
 
 def rate_column(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -32,6 +32,7 @@ from scheduler.controllers.base import (
     CrashForTest,
     Db,
     hours,
+    later,
     safe_message,
 )
 from scheduler.controllers.spend import SpendController, request_stop
@@ -71,6 +72,8 @@ class PassFacts:
     rate_by_row: np.ndarray
     statuses: list[budgets.BudgetStatus]
     hold_hours: float
+    # pool -> (instances it held, why): gangs larger than that skip it (PoolState).
+    gang_capacity: dict[str, tuple[int, str]] = field(default_factory=dict)
 
 
 class JobController:
@@ -122,7 +125,10 @@ class JobController:
         prior = cfg.policy.spot_interruption_prior
         unavailable: dict[str, datetime] = {}
         rates: dict[str, float] = {}
+        gang_capacity: dict[str, tuple[int, str]] = {}
         for p in s.exec(select(PoolState)).all():
+            if p.gang_capacity is not None and later(p.gang_capacity_until, now):
+                gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
             if p.unavailable_until is not None and p.unavailable_until > now:
                 unavailable[p.pool] = p.unavailable_until
             if p.interruptions or p.exposure_hours:
@@ -137,6 +143,7 @@ class JobController:
             rate_by_row=rate_column(cat, rates, prior),
             statuses=self.spend.statuses(s, now),
             hold_hours=self.spend.hold_hours(),
+            gang_capacity=gang_capacity,
         )
 
     def _step_job(self, job_id: str, facts: PassFacts) -> str | None:
@@ -214,7 +221,9 @@ class JobController:
                     spec = JobSpec.model_validate_json(job_w.spec_json)
                     if job_w.deadline is not None and spec.gpu_hours:
                         self._follow_deadline_policy(s, job_w, a_w, facts, now)
-                    if a_w.stop_requested_at is None and spec.migrate != "never":
+                    # A gang moves only when the cloud or its policy moves it: a price move
+                    # would restart every node for a per-node saving.
+                    if a_w.stop_requested_at is None and spec.migrate != "never" and a_w.nodes == 1:
                         self._follow_prices(s, job_w, a_w, spec, facts, now)
             s.add(job_w)
 
@@ -455,6 +464,7 @@ class JobController:
             rate_by_row=facts.rate_by_row,
             restart_overhead_hours=hours(cfg.policy.restart_overhead),
             lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            gang_capacity=facts.gang_capacity,
         )
 
     def _place(self, job: Job, facts: PassFacts, now: datetime) -> str | None:
@@ -508,18 +518,23 @@ class JobController:
                     price_per_hour=o.price_per_hour,
                     billed_price=o.price_per_hour,
                     gpu_count=o.gpu_count,
+                    nodes=decision.nodes,
                     created_at=now,
                 )
             )
             fresh.attempts = number
             fresh.state = JobState.LAUNCHING
-            fresh.reason = f"launching on {o.pool} at ${o.price_per_hour:.2f}/h"
+            gang = f"{decision.nodes} x " if decision.nodes > 1 else ""
+            fresh.reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
+            if decision.nodes < req.nodes:
+                fresh.reason += f" ({decision.reason})"
             fresh.updated_at = now
             s.add(fresh)
             emit(s, now, "launching", fresh.reason, job_id=fresh.id, attempt_id=attempt_id)
-        # The next job in this pass sees the smaller headroom (the launch reserves its burn).
+        # The next job in this pass sees the smaller headroom (the launch reserves its burn,
+        # N x the price for a gang).
         facts.statuses = [
-            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour)
+            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour * decision.nodes)
             if st.rule.applies_to(job.name, job.team)
             else st
             for st in facts.statuses
@@ -564,7 +579,7 @@ class JobController:
 
 
 def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
-    per_instance = spec.gpu_specs()[0].count
+    per_instance = spec.gpu_specs()[0].count * spec.nodes
     progress = 0.0
     if job.total_steps and job.progress_step:
         progress = min(1.0, job.progress_step / job.total_steps)
