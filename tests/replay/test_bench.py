@@ -17,7 +17,9 @@ def test_bench_deadline_quick_json() -> None:
     doc = json.loads(result.stdout)
     assert doc["benchmark"] == "deadline" and doc["quick"] is True
     keys = [s["setting"] for s in doc["settings"]]
-    assert keys == ["single-region", "multi-region", "skynomad-3zone", "adrs-multi", "price-spike"]
+    assert keys == [
+        "single-region", "multi-region", "skynomad-3zone", "adrs-multi", "price-spike", "gang"
+    ]  # fmt: skip
     by_key = {s["setting"]: s for s in doc["settings"]}
     # published figures only where the in-run baseline reproduces them
     sky = by_key["skynomad-3zone"]
