@@ -46,8 +46,11 @@ def _offerings() -> list[Offering]:
     return out
 
 
-def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime) -> None:
-    """Bulk rows, as a long-lived database would hold them (finished: one attempt each)."""
+def _insert_jobs(
+    engine: sa.Engine, n: int, *, finished: bool, now: datetime, stores: Path
+) -> None:
+    """Bulk rows, as a long-lived database would hold them (finished: one attempt each).
+    Checkpoint stores live under `stores` (the run's temporary directory)."""
     jobs, attempts, buckets = [], [], []
     for _ in range(n):
         jid = new_job_id()
@@ -59,7 +62,7 @@ def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime) ->
                 "spec_json": SPEC,
                 "state": (JobState.SUCCEEDED if finished else JobState.PENDING).value,
                 "reason": "",
-                "checkpoint_uri": f"file:///tmp/spotwise-bench/{jid}",
+                "checkpoint_uri": (stores / jid).as_uri(),
                 "created_at": now,
                 "updated_at": now,
                 "cancel_requested": False,
@@ -161,8 +164,8 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
     config = Config(daemon=DaemonSettings(database_url=f"sqlite:///{db}", state_dir=workdir))
     rec = Reconciler(engine, config, {"fake": cloud}, clock)
     rec.poll_prices()
-    _insert_jobs(engine, history, finished=True, now=clock.now())
-    _insert_jobs(engine, jobs, finished=False, now=clock.now())
+    _insert_jobs(engine, history, finished=True, now=clock.now(), stores=workdir / "stores")
+    _insert_jobs(engine, jobs, finished=False, now=clock.now(), stores=workdir / "stores")
     clock.advance(5)
     t = _cpu()
     rec.reconcile()  # places and launches every pending job
@@ -260,10 +263,16 @@ def bench_daemon(
     quick: bool = typer.Option(False, "--quick", help="Small sizes (seconds, for tests)"),
     output: str = typer.Option("table", "--output", "-o", help="table or json"),
     idle: float = typer.Option(20.0, help="Seconds of idle schedule to measure"),
+    jobs: list[int] = typer.Option(
+        [], "--jobs", "-n", help="Pending jobs per run (repeatable; default 100, 1000, 10000)"
+    ),
+    history: list[int] = typer.Option(
+        [], "--history", help="Finished jobs already in the database (repeatable; 0, 10000)"
+    ),
 ) -> None:
     """The daemon's own cost: CPU per pass and per job, status time, idle CPU and memory."""
-    sizes = [10, 100] if quick else [100, 1000, 10000]
-    histories = [0, 100] if quick else [0, 10000]
+    sizes = jobs or ([10, 100] if quick else [100, 1000, 10000])
+    histories = history or ([0, 100] if quick else [0, 10000])
     rows = run(sizes, histories, 1.0 if quick else idle)
     if output == "json":
         typer.echo(

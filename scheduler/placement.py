@@ -44,6 +44,21 @@ class Requirements:
             spot=spec.spot,
         )
 
+    @staticmethod
+    def key_of(spec: JobSpec) -> tuple[object, ...]:
+        """Every spec field `from_spec` reads: equal keys give equal Requirements, so a pass
+        builds (and scans the catalog for) each distinct one once. Keep the two in step."""
+        return (
+            tuple(spec.gpus),
+            spec.gpu_memory_gb,
+            spec.cpus,
+            spec.memory_gb,
+            frozenset(spec.clouds),
+            frozenset(spec.regions),
+            spec.max_price_per_hour,
+            spec.spot,
+        )
+
     def describe(self) -> str:
         what = " or ".join(str(g) for g in self.gpus)
         if self.max_price_per_hour is not None:
@@ -114,41 +129,85 @@ def _pool_mask(cat: Catalog, rows: np.ndarray, pools: set[str]) -> np.ndarray:
     return np.isin(cat.pool[rows], codes)
 
 
-def candidates(req: Requirements, cat: Catalog, ctx: PlacementContext) -> tuple[np.ndarray, str]:
-    """Rows of every adequate offering, or no rows and the reason a user would want to read."""
-    want = req.describe()
+def requirement_rows(
+    req: Requirements,
+    cat: Catalog,
+    markets: frozenset[Market] | None = None,
+    spot_zones: frozenset[str] | None = None,
+) -> tuple[np.ndarray, str]:
+    """The filters that depend only on what the job asks for (and a policy's market
+    restriction): hardware, clouds, regions, market, price cap. Jobs with the same
+    requirements share the answer (see `Candidates`)."""
     rows = _hardware_rows(req, cat)
     if len(rows) == 0:
-        return _none(f"no offering with {want}")
+        return _none(f"no offering with {req.describe()}")
     if req.clouds:
         rows = rows[np.isin(cat.cloud[rows], cat.clouds.codes_of(req.clouds))]
     if req.regions:
         rows = rows[np.isin(cat.region[rows], cat.regions.codes_of(req.regions))]
     if len(rows) == 0:
-        return _none(f"no offering with {want}")
+        return _none(f"no offering with {req.describe()}")
 
-    markets = {Market.SPOT, Market.ON_DEMAND}
+    allowed = {Market.SPOT, Market.ON_DEMAND}
     if req.spot is SpotPreference.ONLY:
-        markets = {Market.SPOT}
+        allowed = {Market.SPOT}
     elif req.spot is SpotPreference.NEVER:
-        markets = {Market.ON_DEMAND}
-    if ctx.markets is not None:
-        markets &= ctx.markets
-    if markets != {Market.SPOT, Market.ON_DEMAND}:
-        rows = rows[cat.spot[rows] == (Market.SPOT in markets)] if markets else rows[:0]
+        allowed = {Market.ON_DEMAND}
+    if markets is not None:
+        allowed &= markets
+    if allowed != {Market.SPOT, Market.ON_DEMAND}:
+        rows = rows[cat.spot[rows] == (Market.SPOT in allowed)] if allowed else rows[:0]
         if len(rows) == 0:
-            kinds = "/".join(sorted(m.value for m in markets)) or "any"
-            return _none(f"no {kinds} offering with {want}")
-    if ctx.spot_zones is not None:
-        zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(ctx.spot_zones))
+            kinds = "/".join(sorted(m.value for m in allowed)) or "any"
+            return _none(f"no {kinds} offering with {req.describe()}")
+    if spot_zones is not None:
+        zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(spot_zones))
         rows = rows[~cat.spot[rows] | zone_ok]
 
     if req.max_price_per_hour is not None:
         under = rows[cat.price[rows] <= req.max_price_per_hour]
         if len(under) == 0:
             cheapest = float(cat.price[rows].min())
-            return _none(f"no offering with {want} (cheapest is ${cheapest:.2f}/h)")
+            return _none(f"no offering with {req.describe()} (cheapest is ${cheapest:.2f}/h)")
         rows = under
+    return rows, ""
+
+
+class Candidates:
+    """A memo of `requirement_rows` over one catalog snapshot, for one reconcile pass: a
+    pass over thousands of jobs scans the catalog once per distinct requirement, not per
+    job. Pure: the same answers `requirement_rows` gives, computed at most once."""
+
+    def __init__(self, cat: Catalog) -> None:
+        self.cat = cat
+        self._memo: dict[
+            tuple[Requirements, frozenset[Market] | None, frozenset[str] | None],
+            tuple[np.ndarray, str],
+        ] = {}
+
+    def rows(
+        self,
+        req: Requirements,
+        markets: frozenset[Market] | None = None,
+        spot_zones: frozenset[str] | None = None,
+    ) -> tuple[np.ndarray, str]:
+        key = (req, markets, spot_zones)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = requirement_rows(req, self.cat, markets, spot_zones)
+        return hit
+
+
+def candidates(
+    req: Requirements, cat: Catalog, ctx: PlacementContext, memo: Candidates | None = None
+) -> tuple[np.ndarray, str]:
+    """Rows of every adequate offering, or no rows and the reason a user would want to read."""
+    if memo is not None and memo.cat is cat:
+        rows, reason = memo.rows(req, ctx.markets, ctx.spot_zones)
+    else:
+        rows, reason = requirement_rows(req, cat, ctx.markets, ctx.spot_zones)
+    if len(rows) == 0:
+        return rows, reason
 
     now = ctx.now
     blocked = {p for p, until in ctx.unavailable.items() if until > now} | set(ctx.avoid_pools)
@@ -156,8 +215,8 @@ def candidates(req: Requirements, cat: Catalog, ctx: PlacementContext) -> tuple[
         free = rows[~_pool_mask(cat, rows, blocked)]
         if len(free) == 0:
             return _none(
-                f"all {len(rows)} offerings with {want} are out of capacity or were just "
-                "interrupted; retrying when their back-off ends",
+                f"all {len(rows)} offerings with {req.describe()} are out of capacity or were "
+                "just interrupted; retrying when their back-off ends",
             )
         rows = free
 
@@ -178,9 +237,12 @@ def _none(reason: str) -> tuple[np.ndarray, str]:
     return np.empty(0, dtype=np.intp), reason
 
 
-def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
-    """Choose the adequate offering with the lowest expected cost to finish, or say why none."""
-    rows, reason = candidates(req, cat, ctx)
+def place(
+    req: Requirements, cat: Catalog, ctx: PlacementContext, memo: Candidates | None = None
+) -> Decision:
+    """Choose the adequate offering with the lowest expected cost to finish, or say why none.
+    `memo` (over the same catalog) only saves work: the decision is the same without it."""
+    rows, reason = candidates(req, cat, ctx, memo)
     if len(rows) == 0:
         return Decision(None, reason)
     cost = expected_cost(cat, rows, ctx)
