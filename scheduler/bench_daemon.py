@@ -46,9 +46,7 @@ def _offerings() -> list[Offering]:
     return out
 
 
-def _insert_jobs(
-    engine: sa.Engine, n: int, *, finished: bool, now: datetime, stores: Path
-) -> None:
+def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime, stores: Path) -> None:
     """Bulk rows, as a long-lived database would hold them (finished: one attempt each).
     Checkpoint stores live under `stores` (the run's temporary directory)."""
     jobs, attempts, buckets = [], [], []
@@ -140,6 +138,7 @@ class Row:
     steady_per_job_ms: float
     accrue_cpu_s: float
     status_ms: float
+    status_cpu_ms: float
     idle_cpu_pct: float
     rss_mb: float
 
@@ -154,6 +153,14 @@ def _rss_mb() -> float:
         return pages * resource.getpagesize() / 2**20
     except OSError:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _status_json(engine: sa.Engine) -> str:
+    document = views.document(jobs=views.job_rows(engine), daemon_warning=None)
+    dumps = getattr(views, "dumps_document", None)  # absent before 0.3: what the CLI did then
+    if dumps is None:
+        return json.dumps(document, indent=2, default=views.json_default)
+    return str(dumps(document))
 
 
 def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
@@ -178,9 +185,11 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
     t = _cpu()
     rec.accrue()
     accrue = _cpu() - t
-    t = time.perf_counter()
-    doc = json.dumps({"jobs": views.job_rows(engine)}, default=views.json_default)
+    # What `status -o json` prints (the CLI adds only the daemon-heartbeat lookup).
+    t, c = time.perf_counter(), _cpu()
+    doc = _status_json(engine)
     status_ms = (time.perf_counter() - t) * 1000
+    status_cpu_ms = (_cpu() - c) * 1000
     assert len(json.loads(doc)["jobs"]) == jobs + history
     # Idle: everything finished, the daemon keeps its default schedule for a while.
     for inst in cloud.running():
@@ -214,6 +223,7 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
         round(1000 * steady / jobs, 3),
         round(accrue, 3),
         round(status_ms, 1),
+        round(status_cpu_ms, 1),
         round(idle_pct, 2),
         round(rss, 1),
     )
@@ -250,7 +260,7 @@ def verdicts(rows: list[Row]) -> list[str]:
             quick = "met" if b.status_ms < 300 else "NOT met"
             out.append(
                 f"history {h}: status -o json over {big + h} jobs {b.status_ms:.0f} ms "
-                f"(target < 300 ms at 10,000): {quick}"
+                f"({b.status_cpu_ms:.0f} ms CPU; target < 300 ms at 10,000): {quick}"
             )
             out.append(
                 f"history {h}: idle {b.idle_cpu_pct:.2f}% of a core, {b.rss_mb:.0f} MB "
@@ -288,6 +298,7 @@ def bench_daemon(
         "ms/job",
         "accrue s",
         "status ms",
+        "st cpu ms",
         "idle %",
         "RSS MB",
     )
@@ -302,6 +313,7 @@ def bench_daemon(
             r.steady_per_job_ms,
             r.accrue_cpu_s,
             r.status_ms,
+            r.status_cpu_ms,
             r.idle_cpu_pct,
             r.rss_mb,
         )

@@ -404,7 +404,10 @@ def status(
                     count,
                 )
             return
-        _print_json(views.document(jobs=rows(), daemon_warning=warning))
+        # Byte for byte what _print_json writes, much faster over thousands of rows.
+        sys.stdout.write(
+            views.dumps_document(views.document(jobs=rows(), daemon_warning=warning)) + "\n"
+        )
         if failing:
             raise typer.Exit(3)
         return
