@@ -196,8 +196,11 @@ class JobController:
     def step(self, only: list[str] | None = None) -> list[str]:
         """Step every active job (or `only` these); returns the attempt ids of new intents."""
         with self.db.read() as s:
+            jobs = self._active_jobs(s, only)
+            if not jobs:
+                return []  # an idle daemon's pass: one query
             facts = self._facts(s)
-            snap = self._snapshot(s, only, facts)
+            snap = self._snapshot(s, jobs, only, facts)
         intents: list[str] = []
         writes = _Writes()
         for job in snap.jobs:
@@ -240,23 +243,38 @@ class JobController:
             memo=Candidates(cat),
         )
 
-    def _snapshot(self, s: Session, only: list[str] | None, facts: PassFacts) -> Snapshot:
-        """Active jobs (oldest first), their live and last attempts, and the pools each was
-        recently interrupted in: four queries per chunk of ids, none per job."""
+    @staticmethod
+    def _active(chunk: list[str] | None) -> sa.ColumnElement[bool]:
+        active: sa.ColumnElement[bool] = col(Job.state).in_(ACTIVE_JOB_STATES)
+        return active if chunk is None else sa.and_(active, col(Job.id).in_(chunk))
+
+    @staticmethod
+    def _chunks(only: list[str] | None) -> list[list[str] | None]:
+        return [None] if only is None else [only[i : i + CHUNK] for i in range(0, len(only), CHUNK)]
+
+    def _active_jobs(self, s: Session, only: list[str] | None) -> list[Job]:
+        """Every active job (or those of `only`), oldest first."""
+        jobs: list[Job] = []
+        chunks = self._chunks(only)
+        for chunk in chunks:
+            q = select(Job).where(self._active(chunk)).order_by(col(Job.created_at))
+            jobs.extend(s.exec(q).all())
+        if len(chunks) > 1:
+            jobs.sort(key=lambda j: j.created_at)
+        return jobs
+
+    def _snapshot(
+        self, s: Session, jobs: list[Job], only: list[str] | None, facts: PassFacts
+    ) -> Snapshot:
+        """The jobs' live and last attempts, and the pools each was recently interrupted
+        in: three queries per chunk of ids, none per job."""
         recent = facts.now - self._config().daemon.avoid_after_interrupt
         joined = col(Attempt.job_id) == col(Job.id)
-        jobs: list[Job] = []
         live: dict[str, Attempt] = {}
         last: dict[str, Attempt] = {}
         avoid: dict[str, set[str]] = {}
-        chunks: list[list[str] | None] = (
-            [None] if only is None else [only[i : i + CHUNK] for i in range(0, len(only), CHUNK)]
-        )
-        for chunk in chunks:
-            active: sa.ColumnElement[bool] = col(Job.state).in_(ACTIVE_JOB_STATES)
-            if chunk is not None:
-                active = sa.and_(active, col(Job.id).in_(chunk))
-            jobs.extend(s.exec(select(Job).where(active).order_by(col(Job.created_at))).all())
+        for chunk in self._chunks(only):
+            active = self._active(chunk)
             for a in s.exec(
                 select(Attempt).join(Job, joined).where(active, col(Attempt.state).in_(LIVE))
             ).all():
@@ -285,8 +303,6 @@ class JobController:
                 )
             ).all():
                 avoid.setdefault(job_id, set()).add(pool)
-        if len(chunks) > 1:
-            jobs.sort(key=lambda j: j.created_at)
         facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
         return Snapshot(jobs, live, last)
 

@@ -296,10 +296,13 @@ def _buckets_since(
     s: Session, rows: Sequence[tuple[Attempt, str, str]]
 ) -> dict[tuple[datetime, str], SpendBucket]:
     """The existing buckets this accrual may add to (each attempt's, from the hour it was
-    last accrued up to), a chunk of attempts per query, by (hour, attempt id)."""
+    last accrued, or the earlier end a refund goes back to), a chunk of attempts per query,
+    by (hour, attempt id)."""
     since: datetime | None = None
     for a, _, _ in rows:
         start = a.accrued_until or a.started_at
+        if start is not None and a.ended_at is not None:
+            start = min(start, a.ended_at)
         if start is not None and (since is None or start < since):
             since = start
     out: dict[tuple[datetime, str], SpendBucket] = {}

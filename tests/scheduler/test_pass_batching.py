@@ -114,3 +114,32 @@ def test_the_status_document_encodes_byte_for_byte_as_json_dumps(make_world, war
     ):
         expected = json.dumps(doc, indent=2, default=views.json_default)
         assert views.dumps_document(doc) == expected
+
+
+def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
+    """Accrued past an end learned late: the refund lands in the buckets already written
+    for those hours (one preload, no duplicate bucket), and buckets sum to the cost."""
+    from sqlmodel import Session, select
+
+    from scheduler.models import Attempt, SpendBucket
+
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    w.tick(1800, n=5)  # 2.5 h accrued, across hour boundaries
+    (a,) = w.attempts(jid)
+    ended = a.started_at + timedelta(minutes=50)  # it really ended in the first hour
+    with Session(w.rec.engine) as s:
+        row = s.get(Attempt, a.id)
+        row.ended_at = ended
+        s.add(row)
+        s.commit()
+    w.rec.accrue()
+    with Session(w.rec.engine) as s:
+        row = s.get(Attempt, a.id)
+        buckets = s.exec(select(SpendBucket).where(SpendBucket.attempt_id == a.id)).all()
+    paid = row.price_per_hour * (ended - row.started_at).total_seconds() / 3600
+    assert row.accrued_until == ended
+    assert abs(row.cost_usd - paid) < 1e-6
+    assert abs(sum(b.usd for b in buckets) - paid) < 1e-6
+    assert len({b.hour for b in buckets}) == len(buckets)
