@@ -32,6 +32,18 @@ def window_start(window: Window, now: datetime) -> datetime | None:
     return None
 
 
+def window_end(window: Window, now: datetime) -> datetime | None:
+    """End of the window containing `now` (the next window's start), None for 'total'."""
+    start = window_start(window, now)
+    if start is None:
+        return None
+    if window is Window.DAY:
+        return start + timedelta(days=1)
+    if window is Window.WEEK:
+        return start + timedelta(days=7)
+    return (start.replace(day=28) + timedelta(days=4)).replace(day=1)
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetRule:
     name: str

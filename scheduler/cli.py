@@ -7,7 +7,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -101,6 +101,35 @@ def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
     return None
 
 
+def _lease(engine) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+    """Which daemon holds the lease (the heartbeat row on SQLite) and since when."""
+    from scheduler.ownership import read_heartbeat
+
+    hb = read_heartbeat(engine)
+    if hb is None:
+        return None
+    return {
+        "holder": hb.holder,
+        "pid": hb.pid,
+        "host": hb.host,
+        "epoch": hb.epoch,
+        "since": hb.started_at,
+        "renewed_at": hb.renewed_at,
+        "status": hb.status,
+    }
+
+
+def _lease_line(lease: dict[str, Any] | None) -> str | None:
+    if lease is None or lease["status"] == "stopped":
+        return None
+    since = lease["since"].astimezone(UTC)
+    held = _ago((datetime.now(UTC) - since).total_seconds())
+    return (
+        f"daemon: pid {lease['pid']} on {lease['host']} holds the lease since "
+        f"{since:%Y-%m-%d %H:%M:%S}Z ({held}, epoch {lease['epoch']})"
+    )
+
+
 def _speed(cfg) -> float:  # type: ignore[no-untyped-def]
     local = cfg.providers.local
     if local is None or cfg.providers.aws is not None:
@@ -121,7 +150,9 @@ def _print_json(doc: Any) -> None:
 
 
 def _money(x: float | None) -> str:
-    return "-" if x is None else f"${x:,.2f}"
+    if x is None:
+        return "-"
+    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
 
 
 @app.command()
@@ -405,9 +436,8 @@ def status(
                 )
             return
         # Byte for byte what _print_json writes, much faster over thousands of rows.
-        sys.stdout.write(
-            views.dumps_document(views.document(jobs=rows(), daemon_warning=warning)) + "\n"
-        )
+        doc = views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine))
+        sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
         return
@@ -440,6 +470,8 @@ def status(
             )
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
+        elif lease_line := _lease_line(_lease(engine)):
+            err.print(lease_line, markup=False, highlight=False, soft_wrap=True)
         if failing:
             raise typer.Exit(3)
         return
@@ -503,7 +535,7 @@ def _print_show(doc: dict[str, Any]) -> None:
                 for x in (
                     str(a["number"]),
                     a["pool"],
-                    a["instance_id"] or "-",
+                    _instances(a),
                     _money(a["price_per_hour"]),
                     _when(a["started_at"]),
                     _when(a["ended_at"]),
@@ -774,13 +806,19 @@ def prices(
 
 @app.command()
 def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
-    """Each budget: limit, window, spent, projected, state."""
+    """Each budget: limit, window, spent, projected to the window's end, state."""
     cfg, engine = _engine(config)
-    rows = views.budget_rows(engine, cfg)
+    rows = views.budget_rows(engine, cfg, clock_for(cfg).now())
     if output is Output.json:
         _print_json(views.document(budgets=rows))
         return
-    t = Table(title="budgets", title_justify="left")
+    t = Table(
+        title="budgets",
+        title_justify="left",
+        caption="PROJECTED: spend at the end of the current window if BURN/H goes on "
+        "(none for a total window)",
+        caption_justify="left",
+    )
     for c in ("NAME", "SCOPE", "WINDOW", "LIMIT", "SPENT", "BURN/H", "PROJECTED", "KIND", "STATE"):
         t.add_column(c)
     for r in rows:
@@ -852,6 +890,89 @@ def cost(
         t.add_row(*(Text(x) for x in cells), str(r["jobs"]), _money(r["cost_usd"]))
     t.add_row(Text("total", style="bold"), *([""] * (len(cols) - 2)), _money(total))
     out.print(t)
+
+
+class ReportBy(StrEnum):
+    job = "job"
+    team = "team"
+    cloud = "cloud"
+
+
+@app.command()
+def report(
+    since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO time; '' for all")] = "30d",
+    until: Annotated[str | None, typer.Option(help="ISO time or duration ago")] = None,
+    by: Annotated[ReportBy, typer.Option("--by", help="job, team or cloud")] = ReportBy.team,
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Also write a self-contained HTML report")
+    ] = None,
+    config: ConfigOpt = None,
+    output: OutputOpt = Output.table,
+) -> None:
+    """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
+    from scheduler import report as rep
+
+    cfg, engine = _engine(config)
+    now = clock_for(cfg).now()
+    start, end = _since(since, now), _since(until, now)
+    rules = cfg.budget_rules()
+    facts = rep.load(engine, start, end, now, rules)
+    offerings, problems = rep.ondemand_offerings(cfg)
+    doc = rep.build(facts, offerings, rules, by.value, since=start, until=end, problems=problems)
+    if html is not None:
+        from scheduler.report_html import render
+
+        _write_text(html, render(doc))
+        err.print(f"wrote {html}", markup=False, highlight=False)
+    if output is Output.json:
+        _print_json(views.document(**doc.to_dict()))
+        return
+    _print_report(doc)
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def _print_report(doc: Any) -> None:
+    by = doc.by
+    span = f"since {_when(doc.window.start)}" if doc.window.start else "all time"
+    t = Table(title=f"cost report by {by}, {span}", title_justify="left")
+    extra = {"job": ["NAME", "TEAM"], "team": ["BUDGETS"], "cloud": []}[by]
+    nums = ["COST", "ON-DEMAND*", "SAVINGS", "SAVED", "INTR", "HOURS", "LOST H*", "GPU-H"]
+    for c in [by.upper(), *extra, *nums]:
+        t.add_column(c, justify="right" if c in nums else "left")
+
+    def cells(r: Any, total: bool) -> list[Any]:
+        lead = {
+            "job": ["", ""] if total else [r.name, r.team],
+            "team": [""] if total else [", ".join(sorted(r.budgets)) or "none"],
+            "cloud": [],
+        }[by]
+        pct = r.savings_pct
+        return [
+            *(Text(x) for x in [r.key, *lead]),
+            _money(r.cost_usd),
+            _money(r.ondemand_usd),
+            _money(r.savings_usd),
+            "-" if pct is None else f"{pct:.1f}%",
+            str(r.interruptions),
+            f"{r.hours:,.2f}",
+            f"{r.lost_hours:,.2f}",
+            f"{r.gpu_hours:,.2f}",
+        ]
+
+    for r in doc.rows:
+        t.add_row(*cells(r, False))
+    t.add_row(*cells(doc.total, True), style="bold")
+    out.print(t)
+    for note in doc.notes:
+        out.print(Text(f"* {note}"), width=100)
 
 
 @app.command()
@@ -1019,3 +1140,10 @@ def main() -> None:
         _print_error(str(e), e.exit_code)
     except (DatabaseError, sqlite3.DatabaseError) as e:
         _print_error(_database_problem(e), UserError.exit_code)
+
+
+def _instances(a: dict) -> str:
+    """A gang's instances in `show`: node 0's id and how many nodes (each is billed)."""
+    first = a["instance_id"] or "-"
+    n = a.get("nodes") or 1
+    return first if n <= 1 else f"{first} (+{max(0, len(a.get('instances') or []) - 1)}, {n} nodes)"

@@ -6,6 +6,7 @@ prints a traceback for a user's mistake.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from datetime import timedelta
@@ -83,12 +84,41 @@ class DaemonSettings(StrictModel):
     price_retention: Duration = timedelta(days=30)
     instance_retention: Duration = timedelta(days=7)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Two replicas on one PostgreSQL database (real seconds, judged by the database's clock):
+    # the holder renews every lease_renew; if it has not renewed for lease_deadline it stops
+    # mutating and exits; a standby takes the lease once it is lease_ttl old. Every lease
+    # statement has lease_statement_timeout. Required: statement < renew < deadline < ttl.
+    lease_ttl: PositiveDuration = timedelta(seconds=30)
+    lease_renew: PositiveDuration = timedelta(seconds=10)
+    lease_deadline: PositiveDuration = timedelta(seconds=20)
+    lease_statement_timeout: PositiveDuration = timedelta(seconds=5)
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
 
     # Where jobs without their own `checkpoint` URI keep checkpoints: <root>/<job id>.
     checkpoint_root: str | None = None
     # The teams jobs may name (lowercase); empty: any team. Jobs naming no team are "default".
     teams: list[str] = Field(default_factory=list)
+
+    def lease_order_problem(self) -> tuple[str, str, str] | None:
+        """(shorter key, longer key, message) when the lease timings are out of order."""
+        order = (
+            ("lease_statement_timeout", self.lease_statement_timeout),
+            ("lease_renew", self.lease_renew),
+            ("lease_deadline", self.lease_deadline),
+            ("lease_ttl", self.lease_ttl),
+        )
+        for (a, x), (b, y) in itertools.pairwise(order):
+            if not x < y:
+                return (
+                    a,
+                    b,
+                    (
+                        f"daemon.{a} ({x.total_seconds():g}s) must be shorter than daemon.{b} "
+                        f"({y.total_seconds():g}s): the lease needs lease_statement_timeout < "
+                        "lease_renew < lease_deadline < lease_ttl"
+                    ),
+                )
+        return None
 
     @field_validator("teams")
     @classmethod
@@ -237,6 +267,12 @@ def _validate(data: dict[str, Any], text: str, source: str) -> Config:
 def _cross_checks(config: Config, lines: dict[str, int], source: str) -> list[str]:
     """Checks across sections, reported at the key that is wrong."""
     out = []
+    lease = config.daemon.lease_order_problem()
+    if lease is not None:
+        short, long, why = lease
+        key = f"daemon.{short}" if f"daemon.{short}" in lines else f"daemon.{long}"
+        where = f"{key} (line {lines[key]})" if key in lines else key
+        out.append(f"{source}: {where}: {why}")
     teams = config.daemon.teams
     for i, b in enumerate(config.budgets):
         team = b.scope[5:] if b.scope.startswith("team:") else None

@@ -2,9 +2,16 @@
 
 APScheduler holds only timers (in-memory store, fixed job ids); all durable state is in our
 tables. Start-up order matters: signal handlers first (a SIGHUP during start-up must not kill
-it), then the state-directory lock and the heartbeat row (one daemon per database), then the
-first accrual and budget enforcement (a crash loop must not overrun a hard budget), then the
-first price poll and pass, then READY.
+it), then ownership (one daemon mutates a database), then the first accrual and budget
+enforcement (a crash loop must not overrun a hard budget), then the first price poll and
+pass, then READY.
+
+Ownership: on SQLite the state-directory lock and the heartbeat row. On PostgreSQL the lease
+(scheduler/ownership.py): a replica that does not hold it is a standby (READY, STATUS
+"standby", no writes, no cloud calls) until the lease expires; a holder that loses it (taken
+over after a pause, or not renewed within lease_deadline) stops at once and exits
+EXIT_LEASE_LOST, so systemd (Restart=on-failure) starts it again as a standby with nothing of
+its old term left in memory.
 
 SIGTERM stops placing, lets in-flight calls finish and exits 0 (jobs keep running: the daemon
 is not in their data path). SIGHUP reloads the config; keys that need a restart are refused
@@ -28,14 +35,16 @@ from scheduler import systemd
 from scheduler.adapters import build_providers, clock_for
 from scheduler.clock import Clock
 from scheduler.config import Config, find_config, load_config
-from scheduler.db import open_db
+from scheduler.db import is_postgres, open_db
 from scheduler.errors import UserError
 from scheduler.metrics import Metrics
 from scheduler.models import Attempt, AttemptState, Job, JobState
-from scheduler.ownership import DaemonRecord, StateLock
+from scheduler.ownership import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.reconcile import Reconciler
 
 log = logging.getLogger("spotwise.daemon")
+
+EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: not the user's fault; systemd restarts it as a standby
 
 # Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
 MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
@@ -46,6 +55,10 @@ RESTART_ONLY = (
     ("daemon", "owner"),
     ("daemon", "metrics_port"),
     ("daemon", "checkpoint_root"),
+    ("daemon", "lease_ttl"),
+    ("daemon", "lease_renew"),
+    ("daemon", "lease_deadline"),
+    ("daemon", "lease_statement_timeout"),
 )
 
 
@@ -72,15 +85,28 @@ class Daemon:
         self.config: Config = load_config(self.config_path)
         self._fixed_clock = clock
         self.clock = clock or clock_for(self.config)
-        self.lock = StateLock(self.config.daemon.resolved_state_dir())
-        self.lock.acquire()
-        self.engine = open_db(self.config.daemon.resolved_database_url())
         d = self.config.daemon
-        stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
-        self.record = DaemonRecord(self.engine, stale)
-        self.record.claim(_version())
+        url = d.resolved_database_url()
+        self._lost = threading.Event()
+        self.lock: StateLock | None = None
+        self.record: DaemonRecord | None = None
+        self.lease: Lease | None = None
+        if is_postgres(url):
+            # Replicas: the lease decides who mutates; a write session left idle in its
+            # transaction (a paused holder) is ended before a standby could take over.
+            timings = LeaseTimings.of(d)
+            ms = int(timings.deadline * 1000)
+            self.engine = open_db(url, {"idle_in_transaction_session_timeout": ms})
+            self.lease = Lease(url, timings, _version(), on_lost=self._lease_lost)
+        else:
+            self.lock = StateLock(d.resolved_state_dir())
+            self.lock.acquire()
+            self.engine = open_db(url)
+            stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
+            self.record = DaemonRecord(self.engine, stale)
+            self.record.claim(_version())
         self.reconciler = Reconciler(
-            self.engine, self.config, build_providers(self.config), self.clock
+            self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
         )
         self._scheduler: BackgroundScheduler | None = None
         self.metrics = Metrics()
@@ -115,8 +141,31 @@ class Daemon:
 
     def _beat(self) -> None:
         status = self._status()
-        self.record.beat(status)
+        if self.lease is not None:
+            self.lease.beat(status)
+        elif self.record is not None:
+            self.record.beat(status)
         systemd.notify(f"STATUS={status}")
+
+    def _lease_lost(self, why: str) -> None:
+        """Called from whichever thread noticed (cheap, never blocks): stop everything."""
+        self.reconciler.placing = False
+        self._lost.set()
+        self._stop.set()
+
+    def _standby(self) -> bool:
+        """Wait for the lease as a standby; False when asked to stop first."""
+        assert self.lease is not None
+        watchdog = systemd.watchdog_seconds()
+
+        def waiting(hb: Heartbeat | None) -> None:
+            who = f"pid {hb.pid} on {hb.host}" if hb is not None else "nobody reachable"
+            systemd.notify(f"STATUS=standby: the lease is held by {who}")
+            if watchdog:
+                systemd.notify("WATCHDOG=1")
+
+        systemd.notify("READY=1")  # a standby is a healthy state of the service
+        return self.lease.wait_acquire(self._stop, waiting)
 
     def _status(self) -> str:
         with Session(self.engine) as s:
@@ -156,6 +205,8 @@ class Daemon:
         """Retention: prune history the daemon no longer needs (events, prices, instances)."""
         from scheduler.retention import prune
 
+        if self.lease is not None:
+            self.lease.guard()  # prune writes outside Db: only a valid holder prunes
         prune(self.engine, self.clock.now(), self.config.daemon, self.reconciler.providers)
 
     def _schedule(self) -> None:
@@ -216,6 +267,13 @@ class Daemon:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
         if self.config.daemon.metrics_port is not None:
             self.metrics.serve(self.config.daemon.metrics_port)
+        if self.lease is not None:
+            if not self._standby():
+                log.info("stopped as a standby")
+                self.lease.close()
+                return 0
+            self.lease.start()
+            log.info("holding the lease (epoch %s): this daemon mutates", self.lease.epoch)
         systemd.notify("STATUS=first price poll")
         # Budgets first: a restarted daemon enforces hard limits before it launches anything.
         self._run_task("poll_prices")
@@ -241,8 +299,21 @@ class Daemon:
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
         self._scheduler.shutdown(wait=True)
-        self.record.release()
-        self.lock.release()
+        if self.lease is not None:
+            if self._lost.is_set():
+                log.error(
+                    "exiting (%d) after losing the lease: %s; restart to stand by",
+                    EXIT_LEASE_LOST,
+                    self.lease.lost,
+                )
+                self.lease.close()
+                return EXIT_LEASE_LOST
+            self.lease.release()  # after in-flight work: a standby may take over at once
+            self.lease.close()
+        if self.record is not None:
+            self.record.release()
+        if self.lock is not None:
+            self.lock.release()
         log.info("stopped")
         return 0
 

@@ -2,8 +2,9 @@
 
 Everything a job can never run with is refused here with one line naming the key (and its
 line in the file): unknown GPU models, clouds and regions, non-finite numbers, NUL bytes,
-invalid env names, multi-node jobs. What needs the submission time (a deadline already past)
-is `JobSpec.validate_for_submit(now)`; what needs the config (declared teams) is `check_team`.
+invalid env names, gangs whose min_nodes exceeds nodes. What needs the submission time (a
+deadline already past) is `JobSpec.validate_for_submit(now)`; what needs the config (declared
+teams) is `check_team`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ class SpotPreference(StrEnum):
 ANY_GPU = {"ANY", "*"}
 # No machine in any shipped catalog has more GPUs; a job needing more can never be placed.
 MAX_GPUS_PER_NODE = 16
+# The largest gang any adapter launches in one all-or-nothing request (EC2's MAX_GANG).
+MAX_NODES = 64
 _COUNT = re.compile(r"\d{1,6}")
 _TIMES = re.compile(r"(.{1,100}?)\s{0,3}[xX*]\s{0,3}(\d{1,6})")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -92,7 +95,7 @@ def parse_gpu(text: str) -> GpuSpec:
     if count > MAX_GPUS_PER_NODE:
         raise ValueError(
             f"GPU spec {text!r}: no machine has more than {MAX_GPUS_PER_NODE} GPUs "
-            "(and multi-node jobs are not supported yet)"
+            "(the count is per node; use nodes = N for more machines)"
         )
     bare, any_mem = gpu_registry.split_memory(name)
     if bare.upper() in ANY_GPU:  # 'any:1', 'any-80GB:8' (any model with at least 80 GB)
@@ -141,7 +144,10 @@ class JobSpec(BaseModel):
     gpu_memory_gb: float = Field(default=0.0, ge=0)
     cpus: float = Field(default=0.0, ge=0)
     memory_gb: float = Field(default=0.0, ge=0)
-    nodes: int = Field(default=1, ge=1)
+    # A gang: `nodes` instances of one pool, `gpus` on each, joined into one process group.
+    nodes: int = Field(default=1, ge=1, le=MAX_NODES)
+    # Elastic gangs: continue on as few as `min_nodes` when `nodes` cannot be placed now.
+    min_nodes: int | None = Field(default=None, ge=1)
     gpu_hours: float | None = Field(default=None, gt=0, le=1_000_000)
     deadline: datetime | timedelta | None = None
     max_price_per_hour: float | None = Field(default=None, gt=0)
@@ -184,13 +190,14 @@ class JobSpec(BaseModel):
                 raise ValueError(f"the value of {name} contains a NUL character (\\u0000)")
         return v
 
-    @field_validator("nodes")
+    @field_validator("min_nodes")
     @classmethod
-    def _one_node(cls, v: int) -> int:
-        if v > 1:
+    def _min_nodes(cls, v: int | None, info: Any) -> int | None:
+        nodes = info.data.get("nodes")
+        if v is not None and isinstance(nodes, int) and v > nodes:
             raise ValueError(
-                "multi-node jobs (nodes > 1) are not supported yet; use one machine with up to "
-                f"{MAX_GPUS_PER_NODE} GPUs (e.g. gpus = 'H100:8') and nodes = 1"
+                f"{v} is more than nodes = {nodes} (min_nodes is how few nodes an elastic "
+                "gang may continue on)"
             )
         return v
 
@@ -289,6 +296,11 @@ class JobSpec(BaseModel):
                     f"gpu_memory_gb = {spec.min_memory_gb:g}: {spec.model} comes with {sizes} GB"
                 )
         return self
+
+    @property
+    def fewest_nodes(self) -> int:
+        """How few nodes this job may run on (`nodes` unless it is elastic)."""
+        return self.min_nodes or self.nodes
 
     def gpu_specs(self) -> list[GpuSpec]:
         specs = [parse_gpu(g) for g in self.gpus]

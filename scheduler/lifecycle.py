@@ -1,14 +1,16 @@
 """The job lifecycle as pure functions: no database, no clock reads, no cloud.
 
-Two decisions live here, so they can be unit-tested and replayed:
+The decisions live here, so they can be unit-tested and replayed:
 - `classify_end`: how an attempt ended, from what the cloud said, what the job's wrapper wrote
   into the checkpoint store (exit code, DONE) and why we had asked it to stop;
+- `classify_gang`: the same for a gang, from what each of its nodes said;
 - `settle`: what the job does next after its latest attempt ended.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from providers.base import EndReason, FailureKind
 from scheduler.models import AttemptEnd, JobState
@@ -21,7 +23,13 @@ STOP_ENDS = {
     "policy": AttemptEnd.MIGRATED,
     "price": AttemptEnd.MIGRATED,
     "launch_timeout": AttemptEnd.LAUNCH_FAILED,
+    "launch_failed": AttemptEnd.LAUNCH_FAILED,  # a gang that did not come up whole
+    "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted
 }
+# The stop reason written on a gang when one of its nodes got a notice or ended: the other
+# nodes are told to checkpoint (the trainer's all-reduced stop flag puts every rank on the
+# same step) and the gang is re-placed whole.
+PEER_STOP = "peer"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +67,37 @@ def classify_end(e: Ended) -> AttemptEnd:
     if e.reason is EndReason.LAUNCH_FAILED:
         return AttemptEnd.LAUNCH_FAILED
     return AttemptEnd.LOST
+
+
+def classify_gang(nodes: Sequence[Ended], stop_reason: str | None = None) -> AttemptEnd:
+    """How a gang attempt ended, once every node has. DONE anywhere is success; a node that
+    never ran makes it a failed launch; our own stop reasons (cancel, budget, policy) win
+    next; then a cloud interruption of any node (the others exit 75 after the common
+    checkpoint, or are lost with it) beats a node's non-zero exit, which fails the job only
+    when no node was taken back by the cloud."""
+    if any(n.done for n in nodes):
+        return AttemptEnd.FINISHED
+    failures = [n.failure for n in nodes if n.failure is not None]
+    if failures:
+        rejected = FailureKind.REJECTED in failures
+        return AttemptEnd.REJECTED if rejected else AttemptEnd.LAUNCH_FAILED
+    if stop_reason is not None and stop_reason != PEER_STOP:
+        return STOP_ENDS.get(stop_reason, AttemptEnd.CANCELLED)
+    if any(n.reason is EndReason.INTERRUPTED for n in nodes):
+        return AttemptEnd.INTERRUPTED
+    ends = [classify_end(replace(n, stop_reason=None)) for n in nodes]
+    if AttemptEnd.FAILED in ends:
+        return AttemptEnd.FAILED
+    if ends and all(e is AttemptEnd.FINISHED for e in ends):
+        return AttemptEnd.FINISHED
+    if AttemptEnd.INTERRUPTED in ends or stop_reason == PEER_STOP:
+        return AttemptEnd.INTERRUPTED
+    return AttemptEnd.LOST
+
+
+def gang_shortfall(up: int, nodes: int, instance_type: str, zone: str, what: str) -> str:
+    """Why a gang could not be placed whole, in the words an operator reads in `status`."""
+    return f"only {up} of {nodes} {instance_type} in {zone} {what}"
 
 
 @dataclass(frozen=True, slots=True)

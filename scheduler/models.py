@@ -135,9 +135,11 @@ class Attempt(SQLModel, table=True):
     pool: str = Field(index=True)
     price_per_hour: float  # at launch; spend accrues at each interval's price
     billed_price: float | None = None  # the price of the last accrued interval
-    gpu_count: int = 0
+    gpu_count: int = 0  # per node
+    # Instances this attempt holds (a gang's size; one AttemptInstance row each).
+    nodes: int = 1
     state: AttemptState = _enum(AttemptState, AttemptState.LAUNCHING, index=True)
-    instance_id: str | None = Field(default=None, index=True)
+    instance_id: str | None = Field(default=None, index=True)  # node 0's (see AttemptInstance)
     instance_scope: str = ""  # the provider's container for it (Azure resource group)
     created_at: datetime = _utc()
     # When launch() was last called: the cloud's "not visible yet" grace counts from here.
@@ -152,6 +154,31 @@ class Attempt(SQLModel, table=True):
     end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None
     detail: str = ""  # why it ended, in words (launch failures, lost)
+    cost_usd: float = 0.0
+
+
+class AttemptInstance(SQLModel, table=True):
+    """One instance of an attempt (one node of a gang): what the cloud started for it and
+    what it cost. A single-node attempt has one row (node 0) mirroring the Attempt's own
+    columns; a gang's cost is the sum over its rows, each billed from its own launch to its
+    own end at the price actually paid."""
+
+    __table_args__ = (sa.UniqueConstraint("attempt_id", "node"),)
+
+    id: str = Field(primary_key=True)  # "<attempt id>-n<node>"
+    attempt_id: str = Field(index=True, foreign_key="attempt.id")
+    node: int = 0
+    instance_id: str | None = Field(default=None, index=True)
+    instance_scope: str = ""
+    region: str = ""
+    zone: str = ""
+    state: AttemptState = _enum(AttemptState, AttemptState.LAUNCHING)  # LAUNCHING|RUNNING|ENDED
+    started_at: datetime | None = _utc(default=None)  # billing start (the cloud's launch time)
+    accrued_until: datetime | None = _utc(default=None)
+    ended_at: datetime | None = _utc(default=None)
+    notice_at: datetime | None = _utc(default=None)
+    end_reason: str | None = None  # what the cloud said (providers.base.EndReason)
+    exit_code: int | None = None
     cost_usd: float = 0.0
 
 
@@ -221,6 +248,11 @@ class PoolState(SQLModel, table=True):
     interruptions: int = 0
     exposure_hours: float = 0.0
     last_interrupted_at: datetime | None = _utc(default=None)
+    # Gangs: at most this many instances fit until `gang_capacity_until` (a launch got
+    # "only k of N" before the capacity error); smaller gangs and single nodes still fit.
+    gang_capacity: int | None = None
+    gang_capacity_until: datetime | None = _utc(default=None)
+    gang_capacity_reason: str = ""
 
 
 class Event(SQLModel, table=True):

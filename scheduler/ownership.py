@@ -1,26 +1,43 @@
-"""One daemon mutates a database: a lock on its state directory and a heartbeat row.
+"""One daemon mutates a database: on SQLite a lock and a heartbeat, on PostgreSQL a lease.
 
-On one host, an flock on `<state_dir>/daemon.lock` (released by the kernel when the process
-dies, kill -9 included). Across hosts (a database URL two daemons share), the DaemonLease row:
-a second daemon refuses while the first one's heartbeat is fresh. The CLI reads the same row
-to say whether a daemon is running ("daemon not seen for 2m").
+SQLite: an flock on `<state_dir>/daemon.lock` (released by the kernel when the process dies,
+kill -9 included) and the DaemonLease row as a heartbeat (DaemonRecord): a second daemon
+refuses while the first one's heartbeat is fresh.
+
+PostgreSQL (Lease): replicas share the DaemonLease row. The holder renews it every
+`lease_renew`; a standby takes it, with epoch + 1, in one conditional statement once it has
+not been renewed for `lease_ttl` (judged by the database's clock, so host clocks may differ).
+Every write transaction of the holder first locks the row FOR SHARE where holder and epoch
+are still its own (`check`), so a stale holder's writes are rejected in the very transaction
+that would have made them, and a takeover waits for a write in flight to commit. A holder
+that has not renewed for `lease_deadline` (its monotonic clock, from before the renewal was
+sent) stops calling clouds and writing (`guard`), before a standby can take the lease.
+The CLI reads the same row to say who holds it and whether it is alive.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import secrets
 import socket
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
+from providers.base import TransientError
 from scheduler.errors import UserError
 from scheduler.models import DaemonLease
+
+log = logging.getLogger("spotwise.lease")
 
 LEASE_NAME = "daemon"
 
@@ -66,9 +83,10 @@ class Heartbeat:
     holder: str
     pid: int
     host: str
-    started_at: datetime
+    started_at: datetime  # when this holder took the lease (or started, on SQLite)
     renewed_at: datetime
     status: str
+    epoch: int = 0
 
     def age(self, now: datetime | None = None) -> timedelta:
         return (now or real_now()) - self.renewed_at
@@ -143,7 +161,9 @@ def read_heartbeat(engine: Engine) -> Heartbeat | None:
         row = s.get(DaemonLease, LEASE_NAME)
         if row is None:
             return None
-        return Heartbeat(row.holder, row.pid, row.host, row.started_at, row.renewed_at, row.status)
+        return Heartbeat(
+            row.holder, row.pid, row.host, row.started_at, row.renewed_at, row.status, row.epoch
+        )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -154,3 +174,291 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class LeaseLost(TransientError):
+    """This daemon no longer holds the lease: the write or cloud call must not happen."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseTimings:
+    """Real seconds; statement_timeout < renew < deadline < ttl (checked by the config)."""
+
+    ttl: float = 30.0
+    renew: float = 10.0
+    deadline: float = 20.0
+    statement_timeout: float = 5.0
+
+    @classmethod
+    def of(cls, daemon: object) -> LeaseTimings:
+        def sec(key: str) -> float:
+            value: timedelta = getattr(daemon, key)
+            return value.total_seconds()
+
+        return cls(
+            sec("lease_ttl"),
+            sec("lease_renew"),
+            sec("lease_deadline"),
+            sec("lease_statement_timeout"),
+        )
+
+    def __post_init__(self) -> None:
+        if not 0 < self.statement_timeout < self.renew < self.deadline < self.ttl:
+            raise ValueError("lease timings need statement_timeout < renew < deadline < ttl")
+
+
+_NOW = "(clock_timestamp() AT TIME ZONE 'UTC')"  # the server's clock, naive UTC like our columns
+_TAKE = sa.text(
+    f"""
+    INSERT INTO daemonlease (name, holder, pid, host, epoch, started_at, renewed_at, version,
+                             status)
+    VALUES (:name, :holder, :pid, :host, 1, {_NOW}, {_NOW}, :version, 'starting')
+    ON CONFLICT (name) DO UPDATE
+       SET holder = EXCLUDED.holder, pid = EXCLUDED.pid, host = EXCLUDED.host,
+           epoch = daemonlease.epoch + 1, started_at = EXCLUDED.started_at,
+           renewed_at = EXCLUDED.renewed_at, version = EXCLUDED.version, status = 'starting'
+     WHERE daemonlease.renewed_at < {_NOW} - make_interval(secs => :ttl)
+        OR daemonlease.status = 'stopped'
+    RETURNING epoch
+    """
+)
+_RENEW = sa.text(
+    f"UPDATE daemonlease SET renewed_at = {_NOW}, status = :status "
+    "WHERE name = :name AND holder = :holder AND epoch = :epoch"
+)
+_FENCE = sa.text(
+    "SELECT epoch FROM daemonlease WHERE name = :name AND holder = :holder AND epoch = :epoch "
+    "FOR SHARE"
+)
+_RELEASE = sa.text(
+    "UPDATE daemonlease SET status = 'stopped' "
+    "WHERE name = :name AND holder = :holder AND epoch = :epoch"
+)
+
+
+class Lease:
+    """This daemon's side of the PostgreSQL lease: acquire (standby), renew (own thread,
+    independent of slow cloud calls and passes), fence (every write), release (clean stop).
+
+    Once lost it stays lost: the daemon exits and starts again as a standby, so nothing it
+    kept in memory outlives its term.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        timings: LeaseTimings,
+        version: str,
+        *,
+        on_lost: Callable[[str], None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from scheduler.db import make_engine
+
+        self.timings = timings
+        ms = int(timings.statement_timeout * 1000)
+        # Its own small pool: a renewal never queues behind the passes' connections, and no
+        # lease statement (a takeover waiting on a row lock included) runs past its timeout.
+        self.engine = make_engine(
+            url,
+            pg_settings={
+                "statement_timeout": ms,
+                "lock_timeout": ms,
+                "idle_in_transaction_session_timeout": ms,
+            },
+        )
+        self.version = version
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        self.holder = f"{self.host}:{self.pid}:{secrets.token_hex(4)}"
+        self.epoch: int | None = None
+        self.status = "starting"
+        self._monotonic = monotonic
+        self._renewed: float | None = None  # monotonic time the last good renewal was sent
+        self._lost: str | None = None
+        self._on_lost = on_lost
+        self._lock = threading.Lock()  # one renewal at a time
+        self._lost_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- acquiring (standby) -----------------------------------------------------------------
+    def try_acquire(self) -> bool:
+        """One conditional statement: take the lease if it is free, expired or released."""
+        sent = self._monotonic()
+        with self.engine.begin() as c:
+            epoch = c.execute(
+                _TAKE,
+                {
+                    "name": LEASE_NAME,
+                    "holder": self.holder,
+                    "pid": self.pid,
+                    "host": self.host,
+                    "version": self.version,
+                    "ttl": self.timings.ttl,
+                },
+            ).scalar()
+        if epoch is None:
+            return False
+        with self._lock:
+            self.epoch, self._renewed, self._lost = int(epoch), sent, None
+        log.info("took the lease as %s (epoch %d)", self.holder, epoch)
+        return True
+
+    def wait_acquire(
+        self, stop: threading.Event, waiting: Callable[[Heartbeat | None], None] | None = None
+    ) -> bool:
+        """Block as a standby (no writes, no cloud calls) until the lease is ours; False if
+        `stop` was set first. A database that does not answer is retried, never fatal."""
+        said: tuple[str, int] | None = None
+        while not stop.is_set():
+            try:
+                if self.try_acquire():
+                    return True
+                hb = read_heartbeat(self.engine)
+            except sa.exc.DBAPIError as e:
+                log.warning("standby: cannot reach the database: %s", _first_line(e))
+                hb = None
+            else:
+                if hb is not None and (hb.holder, hb.epoch) != said:
+                    said = (hb.holder, hb.epoch)
+                    log.info(
+                        "standby: the lease is held by pid %d on %s (epoch %d) since %s",
+                        hb.pid,
+                        hb.host,
+                        hb.epoch,
+                        hb.started_at.isoformat(timespec="seconds"),
+                    )
+            if waiting is not None:
+                waiting(hb)
+            stop.wait(self.timings.renew)
+        return False
+
+    # -- holding -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Renew on a thread of its own until released or lost."""
+        self._thread = threading.Thread(target=self._renew_loop, name="lease", daemon=True)
+        self._thread.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self.timings.renew):
+            if self._lost is not None:
+                return
+            self.renew()
+
+    def renew(self) -> bool:
+        """Renew once; False (and the lease lost) when another daemon has it, or when no
+        renewal succeeded within the deadline."""
+        with self._lock:
+            if self._lost is not None or self.epoch is None:
+                return False
+            sent = self._monotonic()
+            try:
+                with self.engine.begin() as c:
+                    n = c.execute(
+                        _RENEW,
+                        {
+                            "status": self.status,
+                            "name": LEASE_NAME,
+                            "holder": self.holder,
+                            "epoch": self.epoch,
+                        },
+                    ).rowcount
+            except sa.exc.DBAPIError as e:
+                log.warning("lease renewal failed: %s", _first_line(e))
+                self._expire_if_late()
+                return self._lost is None
+            if n == 1:
+                self._renewed = sent
+                return True
+        self._lose(self._taken_message())
+        return False
+
+    def beat(self, status: str) -> None:
+        """The pass's heartbeat: what the CLI shows, written with a renewal."""
+        self.status = status
+        self.renew()
+
+    def _expire_if_late(self) -> None:
+        renewed = self._renewed
+        if renewed is not None and self._monotonic() - renewed >= self.timings.deadline:
+            self._lose(f"no renewal succeeded within lease_deadline ({self.timings.deadline:g}s)")
+
+    def _taken_message(self) -> str:
+        try:
+            hb = read_heartbeat(self.engine)
+        except sa.exc.DBAPIError:
+            hb = None
+        if hb is None or hb.holder == self.holder:
+            return f"the lease (epoch {self.epoch}) is no longer ours"
+        return f"the lease was taken by pid {hb.pid} on {hb.host} (epoch {hb.epoch})"
+
+    def _lose(self, why: str) -> None:
+        """Mark the lease lost once and tell the daemon (`on_lost` must not block)."""
+        with self._lost_lock:
+            if self._lost is not None:
+                return
+            self._lost = why
+        log.error("lease lost: %s; this daemon stops mutating", why)
+        if self._on_lost is not None:
+            self._on_lost(why)
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    def valid(self) -> bool:
+        """Held and renewed within the deadline, by this process's clock (no I/O)."""
+        renewed = self._renewed
+        if self._lost is not None or self.epoch is None or renewed is None:
+            return False
+        if self._monotonic() - renewed >= self.timings.deadline:
+            self._expire_if_late()
+            return False
+        return True
+
+    def guard(self) -> None:
+        """Before a cloud call or any mutation outside the database: raise unless valid."""
+        if not self.valid():
+            raise LeaseLost(f"not the lease holder: {self._lost or 'lease not held'}")
+
+    def check(self, s: Session) -> None:
+        """First statement of every write transaction: lock the row where it is still ours
+        (FOR SHARE: a takeover waits for this transaction), or raise and write nothing."""
+        try:
+            self.guard()
+        except LeaseLost as e:
+            log.warning("write rejected: %s", e)
+            raise
+        row = s.execute(
+            _FENCE, {"name": LEASE_NAME, "holder": self.holder, "epoch": self.epoch}
+        ).first()
+        if row is None:
+            why = self._taken_message()
+            log.warning("write rejected: %s", why)
+            self._lose(why)
+            raise LeaseLost(f"not the lease holder: {why}")
+
+    # -- stopping ----------------------------------------------------------------------------
+    def release(self) -> None:
+        """On a clean stop (after in-flight work ended): mark the row so a standby takes over
+        at once instead of waiting for the TTL."""
+        self._stop.set()
+        with self._lost_lock:
+            epoch, self._lost = self.epoch, self._lost or "released"
+        if epoch is None:
+            return
+        try:
+            with self.engine.begin() as c:
+                c.execute(_RELEASE, {"name": LEASE_NAME, "holder": self.holder, "epoch": epoch})
+        except sa.exc.DBAPIError as e:
+            log.warning("could not release the lease (it expires by itself): %s", _first_line(e))
+
+    def close(self) -> None:
+        self._stop.set()
+        self.engine.dispose()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(getattr(e, "orig", None) or e).strip()
+    return text.splitlines()[0] if text else type(e).__name__

@@ -8,7 +8,7 @@ pool that is interrupted often costs restarts and lost work.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 import numpy as np
@@ -31,6 +31,8 @@ class Requirements:
     regions: frozenset[str] = frozenset()
     max_price_per_hour: float | None = None
     spot: SpotPreference = SpotPreference.PREFER
+    nodes: int = 1  # a gang's size; the GPU shapes are per node
+    min_nodes: int | None = None  # elastic: as few as this when `nodes` cannot be placed
 
     @classmethod
     def from_spec(cls, spec: JobSpec) -> Requirements:
@@ -42,6 +44,8 @@ class Requirements:
             regions=frozenset(spec.regions),
             max_price_per_hour=spec.max_price_per_hour,
             spot=spec.spot,
+            nodes=spec.nodes,
+            min_nodes=spec.min_nodes,
         )
 
     @staticmethod
@@ -57,10 +61,14 @@ class Requirements:
             frozenset(spec.regions),
             spec.max_price_per_hour,
             spec.spot,
+            spec.nodes,
+            spec.min_nodes,
         )
 
     def describe(self) -> str:
         what = " or ".join(str(g) for g in self.gpus)
+        if self.nodes > 1:
+            what = f"{self.nodes} nodes of {what}"
         if self.max_price_per_hour is not None:
             what += f" under ${self.max_price_per_hour:g}/h"
         if self.clouds:
@@ -92,6 +100,9 @@ class PlacementContext:
     # A deadline policy may restrict the market (and spot zones) for this decision.
     markets: frozenset[Market] | None = None
     spot_zones: frozenset[str] | None = None
+    # pool -> (how many instances it held before a capacity error, that reason): learned
+    # from gang launches, still in force; gangs larger than that skip the pool.
+    gang_capacity: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +111,7 @@ class Decision:
     reason: str
     expected_cost: float | None = None
     candidates: int = 0
+    nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
 
     @property
     def placed(self) -> bool:
@@ -129,24 +141,36 @@ def _pool_mask(cat: Catalog, rows: np.ndarray, pools: set[str]) -> np.ndarray:
     return np.isin(cat.pool[rows], codes)
 
 
+def gang_rate(node_rate: np.ndarray | float, nodes: int) -> np.ndarray | float:
+    """A gang is interrupted when any node is: N independent Poisson losses of rate r have
+    their first at rate N x r. The one place the gang's interruption-rate scaling lives."""
+    return node_rate * max(1, nodes)
+
+
+def _describe(req: Requirements, nodes: int) -> str:
+    return req.describe() if nodes == req.nodes else replace(req, nodes=nodes).describe()
+
+
 def requirement_rows(
     req: Requirements,
     cat: Catalog,
     markets: frozenset[Market] | None = None,
     spot_zones: frozenset[str] | None = None,
+    nodes: int | None = None,
 ) -> tuple[np.ndarray, str]:
     """The filters that depend only on what the job asks for (and a policy's market
     restriction): hardware, clouds, regions, market, price cap. Jobs with the same
-    requirements share the answer (see `Candidates`)."""
+    requirements share the answer (see `Candidates`); `nodes` only words the reason."""
+    n = req.nodes if nodes is None else nodes
     rows = _hardware_rows(req, cat)
     if len(rows) == 0:
-        return _none(f"no offering with {req.describe()}")
+        return _none(f"no offering with {_describe(req, n)}")
     if req.clouds:
         rows = rows[np.isin(cat.cloud[rows], cat.clouds.codes_of(req.clouds))]
     if req.regions:
         rows = rows[np.isin(cat.region[rows], cat.regions.codes_of(req.regions))]
     if len(rows) == 0:
-        return _none(f"no offering with {req.describe()}")
+        return _none(f"no offering with {_describe(req, n)}")
 
     allowed = {Market.SPOT, Market.ON_DEMAND}
     if req.spot is SpotPreference.ONLY:
@@ -159,7 +183,7 @@ def requirement_rows(
         rows = rows[cat.spot[rows] == (Market.SPOT in allowed)] if allowed else rows[:0]
         if len(rows) == 0:
             kinds = "/".join(sorted(m.value for m in allowed)) or "any"
-            return _none(f"no {kinds} offering with {req.describe()}")
+            return _none(f"no {kinds} offering with {_describe(req, n)}")
     if spot_zones is not None:
         zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(spot_zones))
         rows = rows[~cat.spot[rows] | zone_ok]
@@ -168,7 +192,7 @@ def requirement_rows(
         under = rows[cat.price[rows] <= req.max_price_per_hour]
         if len(under) == 0:
             cheapest = float(cat.price[rows].min())
-            return _none(f"no offering with {req.describe()} (cheapest is ${cheapest:.2f}/h)")
+            return _none(f"no offering with {_describe(req, n)} (cheapest is ${cheapest:.2f}/h)")
         rows = under
     return rows, ""
 
@@ -181,7 +205,7 @@ class Candidates:
     def __init__(self, cat: Catalog) -> None:
         self.cat = cat
         self._memo: dict[
-            tuple[Requirements, frozenset[Market] | None, frozenset[str] | None],
+            tuple[Requirements, int, frozenset[Market] | None, frozenset[str] | None],
             tuple[np.ndarray, str],
         ] = {}
 
@@ -190,22 +214,30 @@ class Candidates:
         req: Requirements,
         markets: frozenset[Market] | None = None,
         spot_zones: frozenset[str] | None = None,
+        nodes: int | None = None,
     ) -> tuple[np.ndarray, str]:
-        key = (req, markets, spot_zones)
+        n = req.nodes if nodes is None else nodes
+        key = (req, n, markets, spot_zones)
         hit = self._memo.get(key)
         if hit is None:
-            hit = self._memo[key] = requirement_rows(req, self.cat, markets, spot_zones)
+            hit = self._memo[key] = requirement_rows(req, self.cat, markets, spot_zones, n)
         return hit
 
 
 def candidates(
-    req: Requirements, cat: Catalog, ctx: PlacementContext, memo: Candidates | None = None
+    req: Requirements,
+    cat: Catalog,
+    ctx: PlacementContext,
+    nodes: int | None = None,
+    memo: Candidates | None = None,
 ) -> tuple[np.ndarray, str]:
-    """Rows of every adequate offering, or no rows and the reason a user would want to read."""
+    """Rows of every adequate offering (for `nodes` instances, default the job's), or no rows
+    and the reason a user would want to read. `memo` (over `cat`) only saves work."""
+    n = req.nodes if nodes is None else nodes
     if memo is not None and memo.cat is cat:
-        rows, reason = memo.rows(req, ctx.markets, ctx.spot_zones)
+        rows, reason = memo.rows(req, ctx.markets, ctx.spot_zones, n)
     else:
-        rows, reason = requirement_rows(req, cat, ctx.markets, ctx.spot_zones)
+        rows, reason = requirement_rows(req, cat, ctx.markets, ctx.spot_zones, n)
     if len(rows) == 0:
         return rows, reason
 
@@ -215,15 +247,29 @@ def candidates(
         free = rows[~_pool_mask(cat, rows, blocked)]
         if len(free) == 0:
             return _none(
-                f"all {len(rows)} offerings with {req.describe()} are out of capacity or were "
-                "just interrupted; retrying when their back-off ends",
+                f"all {len(rows)} offerings with {_describe(req, n)} are out of capacity or "
+                "were just interrupted; retrying when their back-off ends",
             )
         rows = free
 
+    if n > 1 and ctx.gang_capacity:
+        small = {p for p, (cap, _) in ctx.gang_capacity.items() if cap < n}
+        if small:
+            mask = _pool_mask(cat, rows, small)
+            if mask.all():
+                pool = cat.offering(rows[0]).pool
+                why = ctx.gang_capacity.get(pool, (0, ""))[1] or "too small for the gang"
+                return _none(
+                    f"no pool can take {n} nodes now ({len(rows)} too small; {why}); "
+                    "retrying when their back-off ends"
+                )
+            rows = rows[~mask]
+
     if ctx.max_affordable_price is not None:
-        affordable = rows[cat.price[rows] <= ctx.max_affordable_price]
+        # A gang reserves N x the price: every one of its instances is billed.
+        affordable = rows[cat.price[rows] * n <= ctx.max_affordable_price]
         if len(affordable) == 0:
-            cheapest = float(cat.price[rows].min())
+            cheapest = float(cat.price[rows].min()) * n
             return _none(
                 f"budget '{ctx.budget_name}' cannot pay ${cheapest:.2f}/h for one accrual "
                 f"interval (at most ${ctx.max_affordable_price:.2f}/h fits its headroom)",
@@ -241,23 +287,38 @@ def place(
     req: Requirements, cat: Catalog, ctx: PlacementContext, memo: Candidates | None = None
 ) -> Decision:
     """Choose the adequate offering with the lowest expected cost to finish, or say why none.
-    `memo` (over the same catalog) only saves work: the decision is the same without it."""
-    rows, reason = candidates(req, cat, ctx, memo)
+    An elastic gang that cannot be placed whole takes the most nodes that can be. `memo`
+    (over the same catalog) only saves work: the decision is the same without it."""
+    rows, reason = candidates(req, cat, ctx, memo=memo)
+    n = req.nodes
+    if len(rows) == 0 and req.min_nodes is not None and req.min_nodes < req.nodes:
+        for fewer in range(req.nodes - 1, req.min_nodes - 1, -1):
+            rows, _ = candidates(req, cat, ctx, nodes=fewer, memo=memo)
+            if len(rows):
+                n = fewer
+                break
     if len(rows) == 0:
         return Decision(None, reason)
-    cost = expected_cost(cat, rows, ctx)
+    cost = expected_cost(cat, rows, ctx, nodes=n)
     best = int(np.argmin(cost))
+    why = "cheapest expected cost to finish"
+    if n < req.nodes:
+        why += f" on {n} of {req.nodes} nodes ({reason})"
     return Decision(
         cat.offering(rows[best]),
-        "cheapest expected cost to finish",
+        why,
         expected_cost=float(cost[best]),
         candidates=len(rows),
+        nodes=n,
     )
 
 
-def expected_cost(cat: Catalog, rows: np.ndarray, ctx: PlacementContext) -> np.ndarray:
-    """price x hours x (1 + interruption rate x (restart overhead + work lost per interruption))."""
-    gpus = np.maximum(cat.gpu_count[rows], 1)
+def expected_cost(
+    cat: Catalog, rows: np.ndarray, ctx: PlacementContext, nodes: int = 1
+) -> np.ndarray:
+    """price x N x hours x (1 + gang rate x (restart overhead + work lost per interruption)),
+    where the work is split over N nodes' GPUs and the gang rate is N x a node's."""
+    gpus = np.maximum(cat.gpu_count[rows], 1) * max(1, nodes)
     hours = (ctx.remaining_gpu_hours / gpus) if ctx.remaining_gpu_hours else np.ones(len(rows))
     if ctx.rate_by_row is not None and len(ctx.rate_by_row) == len(cat):
         rate = ctx.rate_by_row[rows]
@@ -265,8 +326,8 @@ def expected_cost(cat: Catalog, rows: np.ndarray, ctx: PlacementContext) -> np.n
         rate = rate_column(cat, ctx.interruption_rate)[rows]
     else:
         rate = np.where(cat.spot[rows], DEFAULT_SPOT_INTERRUPTION_RATE, 0.0)
-    penalty = rate * (ctx.restart_overhead_hours + ctx.lost_work_hours)
-    return cat.price[rows] * hours * (1.0 + penalty)
+    penalty = gang_rate(rate, nodes) * (ctx.restart_overhead_hours + ctx.lost_work_hours)
+    return cat.price[rows] * max(1, nodes) * hours * (1.0 + penalty)
 
 
 def rate_column(

@@ -18,7 +18,16 @@ from sqlmodel import col, select
 from providers.base import Provider
 from scheduler.clock import Clock
 from scheduler.config import Config
-from scheduler.controllers.base import CatalogHolder, Clouds, CrashForTest, Db, Steps, hours
+from scheduler.controllers.base import (
+    CatalogHolder,
+    Clouds,
+    CrashForTest,
+    Db,
+    Fence,
+    FencedStores,
+    Steps,
+    hours,
+)
 from scheduler.controllers.instances import InstanceController
 from scheduler.controllers.jobs import JobController
 from scheduler.controllers.launches import LaunchController
@@ -50,15 +59,17 @@ class Reconciler:
         *,
         crash_hook: Callable[[str], None] | None = None,
         stores: CheckpointStores | None = None,
+        fence: Fence | None = None,
     ) -> None:
         self.engine = engine
-        self.db = Db(engine)
+        self.fence = fence  # the PostgreSQL lease: every write and cloud call is fenced
+        self.db = Db(engine, fence)
         self.clock = clock
         self.catalogs = CatalogHolder()
-        self.stores = stores or CheckpointStores()
+        self.stores = stores or (FencedStores(fence) if fence else CheckpointStores())
         self.steps = Steps(crash_hook)
         self._config = config
-        self._clouds = Clouds(providers, config.daemon.call_timeout)
+        self._clouds = Clouds(providers, config.daemon.call_timeout, fence)
         self._planner = self._make_planner(config)
         cfg, clouds, planner = (
             (lambda: self._config),
@@ -108,7 +119,7 @@ class Reconciler:
     @providers.setter
     def providers(self, providers: Mapping[str, Provider]) -> None:
         old = self._clouds
-        self._clouds = Clouds(providers, self._config.daemon.call_timeout)
+        self._clouds = Clouds(providers, self._config.daemon.call_timeout, self.fence)
         old.shutdown()
 
     @property

@@ -6,6 +6,7 @@ tests and image builds):
   /etc/sysusers.d/spotwise.conf      the system user and group `spotwise`
   /etc/tmpfiles.d/spotwise.conf      /etc/spotwise and /var/lib/spotwise, owned and moded
   /etc/spotwise/spotwise.toml        from deploy/spotwise.toml; never overwritten once there
+                                     (deploy/ ships in the package: scheduler/deploy)
   /etc/systemd/system/spotwise.service
   /opt/spotwise/install-manifest.json   every file written and every command (to be) run
 
@@ -47,8 +48,39 @@ TMPFILES_TEXT = (
 
 
 def source_dir() -> Path:
-    """The checkout this spotwise runs from: deploy/ and pyproject.toml live there."""
+    """The checkout this spotwise runs from (pyproject.toml lives there); in an installed
+    wheel, the site-packages directory (which has no pyproject.toml)."""
     return Path(__file__).resolve().parents[1]
+
+
+def deploy_text(name: str) -> str:
+    """A file of deploy/ as the package ships it (scheduler/deploy links to the checkout's
+    deploy/ and is package data), so a wheel install has the unit and the example config."""
+    from importlib import resources
+
+    return (resources.files("scheduler") / "deploy" / name).read_text()
+
+
+def pip_target(source: Path | None = None) -> str:
+    """What the service's venv installs: this checkout when running from one, else this
+    same release (the wheel or URL pip recorded it was installed from, else its version)."""
+    src = source or source_dir()
+    if (src / "pyproject.toml").is_file():
+        return str(src)
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("spotwise")
+    except metadata.PackageNotFoundError:
+        return "spotwise"
+    direct = dist.read_text("direct_url.json")
+    if direct:
+        url = str(json.loads(direct).get("url", ""))
+        if url.startswith("file://"):
+            return url.removeprefix("file://")
+        if url:
+            return url
+    return f"spotwise=={dist.version}"
 
 
 def installed_config(example: str) -> str:
@@ -92,33 +124,35 @@ def _put(root: Path, rel: str, text: str, mode: int, report: Report) -> None:
     report.written.append("/" + rel)
 
 
-def install_commands(source: Path) -> list[list[str]]:
+def install_commands(target: str) -> list[list[str]]:
     return [
         ["systemd-sysusers", "/" + SYSUSERS],
         ["systemd-tmpfiles", "--create", "/" + TMPFILES],
         ["python3", "-m", "venv", VENV],
-        [f"{VENV}/bin/pip", "install", "--upgrade", str(source)],
+        [f"{VENV}/bin/pip", "install", "--upgrade", target],
         ["systemctl", "daemon-reload"],
     ]
 
 
 def install(root: Path | None, source: Path | None = None) -> Report:
     """Write the files under `root` (None: the real system, as root) and run or record the
-    commands. Raises UserError for what an operator can fix (not root, no deploy/ files)."""
+    commands. `source`: a checkout to read deploy/ from and install (default: this one, or
+    the installed package's own copy). Raises UserError for what an operator can fix."""
     real = root is None
     if real and os.geteuid() != 0:
         raise UserError("spotwise service install writes /etc and /opt: run it as root (sudo)")
     base = Path("/") if real else root
     assert base is not None
-    src = source or source_dir()
-    deploy = src / "deploy"
     try:
-        unit = (deploy / "spotwise.service").read_text()
-        example = (deploy / "spotwise.toml").read_text()
+        if source is not None:
+            unit = (source / "deploy" / "spotwise.service").read_text()
+            example = (source / "deploy" / "spotwise.toml").read_text()
+        else:
+            unit, example = deploy_text("spotwise.service"), deploy_text("spotwise.toml")
     except OSError as e:
         raise UserError(
-            f"cannot read {e.filename}: run spotwise service install from a spotwise checkout "
-            "(deploy/ holds the unit and the example config)"
+            f"cannot read {e.filename or 'deploy/spotwise.service'}: this spotwise was "
+            "installed without its deploy/ files; reinstall it from a wheel or a checkout"
         ) from None
     report = Report()
     _put(base, SYSUSERS, SYSUSERS_TEXT, 0o644, report)
@@ -128,7 +162,7 @@ def install(root: Path | None, source: Path | None = None) -> Report:
         report.kept.append("/" + CONFIG)  # the operator's edits win over the example
     else:
         _put(base, CONFIG, installed_config(example), 0o640, report)
-    report.commands = install_commands(src)
+    report.commands = install_commands(pip_target(source))
     _write_manifest(base, report, "install")
     if real:
         _run(report)

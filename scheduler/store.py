@@ -7,10 +7,14 @@ for "absent": it raises StoreError, and the caller leaves the job as it is and s
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
 from trainer import contract
+
+# The S3-compatible endpoint of the checkpoint store (MinIO, R2, a test's moto); unset: AWS S3.
+S3_ENDPOINT_ENV = "SPOTWISE_S3_ENDPOINT_URL"
 
 
 class StoreError(Exception):
@@ -20,22 +24,35 @@ class StoreError(Exception):
 class CheckpointStores:
     """Reads and writes small contract files under any job's checkpoint URI."""
 
-    def __init__(self, connect_timeout: float = 5.0, read_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 10.0,
+        s3_endpoint_url: str | None = None,
+    ) -> None:
         self._timeouts = (connect_timeout, read_timeout)
+        self._endpoint = s3_endpoint_url or os.environ.get(S3_ENDPOINT_ENV) or None
         self._s3: Any = None
         self._lock = threading.Lock()
+
+    def instance_env(self, uri: str) -> dict[str, str]:
+        """What a job's instance, on whichever cloud, needs to reach the store the daemon
+        reads: the daemon's S3 endpoint for an s3:// URI (the trainer reads
+        SPOTWISE_S3_ENDPOINT_URL, the boot script's `aws s3 cp` AWS_ENDPOINT_URL_S3).
+        Credentials are never passed: each instance brings its own."""
+        if self._endpoint is None or not uri.startswith("s3://"):
+            return {}
+        return {S3_ENDPOINT_ENV: self._endpoint, "AWS_ENDPOINT_URL_S3": self._endpoint}
 
     def _client(self) -> Any:
         with self._lock:
             if self._s3 is None:
-                import os
-
                 import boto3
                 from botocore.config import Config
 
                 self._s3 = boto3.client(
                     "s3",
-                    endpoint_url=os.environ.get("SPOTWISE_S3_ENDPOINT_URL") or None,
+                    endpoint_url=self._endpoint,
                     config=Config(
                         connect_timeout=self._timeouts[0],
                         read_timeout=self._timeouts[1],
@@ -78,7 +95,6 @@ class CheckpointStores:
         except ValueError as e:
             raise StoreError(str(e)) from None
         if loc.is_local:
-            import os
             import tempfile
 
             target = loc.file(name)
@@ -116,7 +132,20 @@ class CheckpointStores:
     def claim(
         self, uri: str, attempt: int, attempt_id: str, job_id: str, *, sync: bool = True
     ) -> None:
-        """Record `attempt` as the store's owner before it is launched (the fence)."""
+        """Record `attempt` as the store's owner before it is launched (the fence).
+
+        The fence only moves forward: a later attempt of the same job already owning the
+        store means this claim comes from a stale daemon (paused, then replaced), and moving
+        `owner.json` back would let the old attempt's trainer overwrite the new one's
+        checkpoints. A store reused by another job is claimed afresh. With `sync` False the
+        caller makes many claims durable at once (`sync_local`).
+        """
+        current = contract.parse_json(self.read(uri, contract.OWNER)) or {}
+        theirs = current.get("attempt")
+        if current.get("job_id") == job_id and isinstance(theirs, int) and theirs > attempt:
+            raise StoreError(
+                f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
+            )
         self.write(uri, contract.OWNER, contract.owner_doc(attempt, attempt_id, job_id), sync=sync)
 
     @staticmethod

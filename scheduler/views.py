@@ -21,6 +21,7 @@ from scheduler.config import Config
 from scheduler.jobs import resolve
 from scheduler.models import (
     Attempt,
+    AttemptInstance,
     AttemptState,
     BudgetSpend,
     Event,
@@ -52,36 +53,41 @@ def json_default(value: Any) -> Any:
 
 
 def dumps_document(doc: dict[str, Any]) -> str:
-    """`json.dumps(doc, indent=2, default=json_default)`, byte for byte, for a document whose
-    values are scalars or lists of flat rows (dicts of scalars: the status document), with
-    the C encoder: the pure-Python encoder that `indent` selects costs more than building
-    the rows. Other documents go to json.dumps."""
-    if not doc or not all(_rows_or_scalar(v) for v in doc.values()):
+    """`json.dumps(doc, indent=2, default=json_default)`, byte for byte, with the C encoder
+    for lists of flat rows (dicts of scalars, as `job_rows` builds them): the pure-Python
+    encoder that `indent` selects costs more than building the rows. Any other value is
+    encoded on its own and indented one level (exact: strings never hold a raw newline)."""
+    if not isinstance(doc, dict) or not doc:
         return json.dumps(doc, indent=2, default=json_default)
     # Inside a flat row the item separator is the only whitespace json.dumps would write.
     row = json.JSONEncoder(default=json_default, separators=(",\n      ", ": ")).encode
-    scalar = json.JSONEncoder(default=json_default).encode
+    key_of = json.JSONEncoder().encode
     parts = []
     for key, value in doc.items():
-        if isinstance(value, list):
-            if value:
-                body = ",\n    ".join("{\n      " + row(r)[1:-1] + "\n    }" for r in value)
-                text = "[\n    " + body + "\n  ]"
-            else:
-                text = "[]"
+        if isinstance(value, list) and value and all(type(r) is dict and r for r in value):
+            body = ",\n    ".join("{\n      " + row(r)[1:-1] + "\n    }" for r in value)
+            text = "[\n    " + body + "\n  ]"
         else:
-            text = scalar(value)
-        parts.append(f"  {scalar(key)}: {text}")
+            text = json.dumps(value, indent=2, default=json_default).replace("\n", "\n  ")
+        parts.append(f"  {key_of(key)}: {text}")
     return "{\n" + ",\n".join(parts) + "\n}"
 
 
-def _rows_or_scalar(value: Any) -> bool:
-    if isinstance(value, list):
-        return all(type(r) is dict and r for r in value)
-    return not isinstance(value, dict | tuple)
+def _node_row(n: AttemptInstance) -> dict[str, Any]:
+    return {
+        "node": n.node,
+        "instance_id": n.instance_id,
+        "zone": n.zone,
+        "state": n.state.value if n.state else None,
+        "started_at": n.started_at,
+        "ended_at": n.ended_at,
+        "end_reason": n.end_reason,
+        "exit_code": n.exit_code,
+        "cost_usd": round(n.cost_usd, 6),
+    }
 
 
-def _attempt_row(a: Attempt) -> dict[str, Any]:
+def _attempt_row(a: Attempt, nodes: list[AttemptInstance] | None = None) -> dict[str, Any]:
     return {
         "id": a.id,
         "number": a.number,
@@ -101,6 +107,10 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         "end_reason": a.end_reason.value if a.end_reason else None,
         "exit_code": a.exit_code,
         "cost_usd": round(a.cost_usd, 6),
+        "nodes": a.nodes,
+        "detail": a.detail,
+        # One per node (a gang's N instances, each billed at the price paid).
+        "instances": [_node_row(n) for n in nodes or []],
     }
 
 
@@ -362,10 +372,17 @@ def job_detail(engine: Engine, ref: str, config: Config | None = None) -> dict[s
             select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
         ).all()
         events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
+        nodes: dict[str, list[AttemptInstance]] = {}
+        for n in s.exec(
+            select(AttemptInstance)
+            .where(col(AttemptInstance.attempt_id).in_([a.id for a in attempts]))
+            .order_by(col(AttemptInstance.node))
+        ).all():
+            nodes.setdefault(n.attempt_id, []).append(n)
         row = _job_row(job, attempts[-1] if attempts else None)
         return {
             "job": row,
-            "attempts": [_with_logs(config, _attempt_row(a)) for a in attempts],
+            "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a.id))) for a in attempts],
             "events": [_event_row(e) for e in events],
         }
 
@@ -384,8 +401,12 @@ def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, An
         return [_event_row(e) for e in reversed(rows)]
 
 
-def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
-    """Configured budgets joined with the spend the daemon last accrued."""
+def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
+    """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
+    the spend at the end of the current window (`projected_to`) if today's burn goes on; a
+    "total" budget has no end, so it has no projection."""
+    from scheduler.budget import window_end
+
     with Session(engine) as s:
         spent = {b.name: b for b in s.exec(select(BudgetSpend)).all()}
     rows = []
@@ -393,6 +414,8 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
         row = spent.get(b.name)
         used = row.spent_usd if row else 0.0
         burn = row.burn_per_hour if row else 0.0
+        end = window_end(b.window, now)
+        left_h = max(0.0, (end - now).total_seconds() / 3600.0) if end else 0.0
         rows.append(
             {
                 "name": b.name,
@@ -403,7 +426,8 @@ def budget_rows(engine: Engine, config: Config) -> list[dict[str, Any]]:
                 "hard": b.hard,
                 "spent_usd": round(used, 6),
                 "burn_per_hour": round(burn, 6),
-                "projected_usd": round(used + burn * 24, 6),
+                "projected_usd": round(used + burn * left_h, 6) if end else None,
+                "projected_to": end,
                 "state": row.state if row else "ok",
                 "updated_at": row.updated_at if row else None,
             }
@@ -481,7 +505,9 @@ def live_offerings(
             continue
         drain = getattr(provider, "drain_events", None)
         if callable(drain):
-            problems.extend(f"{name}: {m}" for m in drain())
+            for m in drain():  # ProviderEvents; their messages may name the cloud already
+                text = str(getattr(m, "message", m))
+                problems.append(text if text.startswith(f"{name}:") else f"{name}: {text}")
         for o in offerings:
             if cloud and o.cloud != cloud:
                 continue

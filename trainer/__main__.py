@@ -1,6 +1,8 @@
-"""``python -m trainer [--nproc-per-node N] [--config F] [--section.key VALUE ...]``.
+"""``python -m trainer [--nnodes N] [--nproc-per-node G] [--config F] [--section.key VALUE ...]``.
 
-Runs as one plain process, under torchrun, or (with --nproc-per-node) launches torchrun.
+Runs as one plain process, under torchrun, or (with --nproc-per-node) launches torchrun; with
+--nnodes (or $SPOTWISE_NNODES, which wins: an elastic gang may run on fewer nodes than its
+command says) every node's torchrun joins one c10d rendezvous at $SPOTWISE_RDZV_ENDPOINT.
 """
 
 from __future__ import annotations
@@ -26,12 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     SIGTERM.received = bool(_EARLY)
     _EARLY.clear()
     argv = list(sys.argv[1:] if argv is None else argv)
+    nnodes, argv = _pop_int(argv, "nnodes")
     nproc, argv = _pop_nproc(argv)
+    if nnodes is not None and nproc is None:
+        nproc = 1
     if nproc is not None and "LOCAL_RANK" not in os.environ:
-        from trainer.launch import launch
+        from trainer.launch import launch, nodes_from_env
 
         try:  # launch() replaces our handler with its forwarding one before spawning
-            return launch(nproc, argv, already_signalled=SIGTERM.received)
+            return launch(
+                nproc,
+                argv,
+                already_signalled=SIGTERM.received,
+                nnodes=nodes_from_env(nnodes or 1),
+            )
         finally:
             SIGTERM.uninstall()
     try:
@@ -51,25 +61,31 @@ def main(argv: list[str] | None = None) -> int:
 
 def _pop_nproc(argv: list[str]) -> tuple[int | None, list[str]]:
     """Take ``--nproc-per-node N`` (or ``=N``) out of argv: it selects the torchrun launcher."""
+    return _pop_int(argv, "nproc-per-node")
+
+
+def _pop_int(argv: list[str], name: str) -> tuple[int | None, list[str]]:
+    """Take ``--NAME N`` (or ``=N``, or with underscores) out of argv."""
+    names = (f"--{name}", f"--{name.replace('-', '_')}")
     out: list[str] = []
-    nproc: int | None = None
+    found: int | None = None
     it = iter(argv)
     for arg in it:
-        if arg in ("--nproc-per-node", "--nproc_per_node"):
+        if arg in names:
             value = next(it, "")
-        elif arg.startswith(("--nproc-per-node=", "--nproc_per_node=")):
+        elif arg.startswith(tuple(n + "=" for n in names)):
             value = arg.split("=", 1)[1]
         else:
             out.append(arg)
             continue
         if not value.isdigit() or int(value) < 1:
             print(
-                f"trainer: error: --nproc-per-node needs a positive integer, got {value!r}",
+                f"trainer: error: --{name} needs a positive integer, got {value!r}",
                 file=sys.stderr,
             )
             raise SystemExit(EXIT_USAGE)
-        nproc = int(value)
-    return nproc, out
+        found = int(value)
+    return found, out
 
 
 if __name__ == "__main__":

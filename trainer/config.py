@@ -366,6 +366,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--nproc-per-node", metavar="N", help="launch N ranks under torchrun (keeps exit 75)"
     )
+    parser.add_argument(
+        "--nnodes",
+        metavar="N",
+        help="a gang of N nodes joined at $SPOTWISE_RDZV_ENDPOINT ($SPOTWISE_NNODES wins)",
+    )
     docs = field_docs()
     groups: dict[str, argparse._ArgumentGroup] = {}
     for section, typ in _sections().items():

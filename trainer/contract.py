@@ -38,6 +38,13 @@ ENV_JOB_ID = "SPOTWISE_JOB_ID"
 ENV_ATTEMPT = "SPOTWISE_ATTEMPT"  # the attempt number, 1, 2, ...
 ENV_CHECKPOINT_URI = "SPOTWISE_CHECKPOINT_URI"
 ENV_CLOUD = "SPOTWISE_CLOUD"
+# Gangs (nodes > 1): every node gets the gang's size, its own rank, one rendezvous id and
+# node 0's address ("host:port"), so `python -m trainer --nnodes N` forms one process group.
+ENV_NNODES = "SPOTWISE_NNODES"
+ENV_NODE_RANK = "SPOTWISE_NODE_RANK"
+ENV_RDZV_ENDPOINT = "SPOTWISE_RDZV_ENDPOINT"
+ENV_RDZV_ID = "SPOTWISE_RDZV_ID"
+ENV_NODE_ADDR = "SPOTWISE_NODE_ADDR"  # optional: this node's address for the rendezvous
 
 EXIT_PREEMPTED = 75  # "preempted, a durable checkpoint exists: start me again"
 EXIT_FENCED = 76  # "another attempt owns the store now: this one must not continue"

@@ -1,4 +1,5 @@
-"""``python -m trainer --nproc-per-node N ...``: torchrun as a child, with our exit codes.
+"""``python -m trainer [--nnodes N] --nproc-per-node G ...``: torchrun as a child, with our
+exit codes.
 
 torchrun reports any non-zero worker exit (including our 75) as its own failure (exit 1),
 and a SIGTERM it received as another failure. The scheduler needs to tell "preempted, resume
@@ -10,6 +11,12 @@ The handlers are installed *before* torchrun is spawned: a notice in the first s
 (torchrun or the workers still starting, no handler of theirs installed yet) must still end
 in 75. When a signal was forwarded and rank 0 recorded nothing, nothing ran past the last
 durable checkpoint that a restart would lose, so 75 ("start me again") is the honest code.
+
+Gangs: on each of N nodes this wrapper runs one torchrun that joins the c10d rendezvous at
+``$SPOTWISE_RDZV_ENDPOINT`` (node 0's address; node 0 hosts the store, ``is_host``), with one
+``$SPOTWISE_RDZV_ID`` per attempt, so the N x G workers form one process group (NCCL on CUDA,
+gloo otherwise, chosen by trainer.distributed). Each node's local rank 0 records the code
+for its own node, which the stop flag all ranks agree on makes the same everywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +30,13 @@ from pathlib import Path
 from types import FrameType
 
 from trainer import EXIT_PREEMPTED
+from trainer.contract import (
+    ENV_NNODES,
+    ENV_NODE_ADDR,
+    ENV_NODE_RANK,
+    ENV_RDZV_ENDPOINT,
+    ENV_RDZV_ID,
+)
 
 EXIT_FILE_ENV = "SPOTWISE_TRAINER_EXIT_FILE"
 SHUTDOWN_TIMEOUT_S = 100
@@ -35,11 +49,42 @@ def exit_status(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
+def nodes_from_env(default: int) -> int:
+    """The attempt's node count from the scheduler ($SPOTWISE_NNODES), else `default`."""
+    value = os.environ.get(ENV_NNODES, "")
+    return int(value) if value.isdigit() and int(value) >= 1 else default
+
+
+def rendezvous_args(nnodes: int, env: dict[str, str] | os._Environ[str]) -> list[str]:
+    """torchrun's rendezvous flags: loopback for one node, node 0's endpoint for a gang."""
+    if nnodes <= 1:
+        return ["--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0"]
+    endpoint = env.get(ENV_RDZV_ENDPOINT, "")
+    if not endpoint:
+        raise SystemExit(
+            f"trainer: error: --nnodes {nnodes} needs ${ENV_RDZV_ENDPOINT} (node 0's host:port)"
+        )
+    rank = env.get(ENV_NODE_RANK, "0")
+    # c10d orders ranks by node address: a provider that can give each node a sortable
+    # address (the local market: 127.0.0.<rank + 1>) makes rank r*G.. land on node r every
+    # attempt, so a resumed gang reduces in the same order (bit-exact).
+    local = [f"--local-addr={env[ENV_NODE_ADDR]}"] if env.get(ENV_NODE_ADDR) else []
+    return [
+        *local,
+        f"--nnodes={nnodes}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={env.get(ENV_RDZV_ID, 'spotwise')}",
+        f"--rdzv-conf=is_host={1 if rank == '0' else 0}",
+    ]
+
+
 def launch(
     nproc: int,
     trainer_argv: list[str],
     already_signalled: bool = False,
     target: tuple[str, ...] = ("-m", "trainer"),
+    nnodes: int = 1,
 ) -> int:
     """Run ``target trainer_argv`` on ``nproc`` ranks under torchrun; return rank 0's code."""
     received: list[int] = [signal.SIGTERM] if already_signalled else []
@@ -61,8 +106,7 @@ def launch(
             "-m",
             "torch.distributed.run",
             f"--nproc-per-node={nproc}",
-            "--rdzv-backend=c10d",
-            "--rdzv-endpoint=localhost:0",
+            *rendezvous_args(nnodes, os.environ),
             f"--shutdown-timeout={SHUTDOWN_TIMEOUT_S}",
             *target,
             *trainer_argv,
@@ -83,9 +127,9 @@ def launch(
 
 
 def record_exit(code: int) -> None:
-    """Called by rank 0 just before it exits with ``code``."""
+    """Called by each node's local rank 0 just before it exits with ``code``."""
     path = os.environ.get(EXIT_FILE_ENV)
-    if path and os.environ.get("RANK", "0") == "0":
+    if path and os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0")) == "0":
         Path(path).write_text(f"{code}\n")
 
 

@@ -68,6 +68,7 @@ class Instances:
         self._networks = networks
         self._owner = owner
         self._notices = notices
+        self._no_groups: set[str] = set()  # regions whose endpoint lists no placement groups
 
     @property
     def _regions(self) -> list[str]:
@@ -92,6 +93,8 @@ class Instances:
         now = self._api.now()
         params = self._run_params(request, token)
         ec2 = self._api.ec2(o.region)
+        if request.placement_group:
+            self._ensure_group(o.region, request)
         resp = self._api.call(
             f"run_instances {request.count} x {o.instance_type} ({o.market.value}) in {o.zone}",
             lambda: ec2.run_instances(**params),
@@ -107,6 +110,33 @@ class Instances:
         if request.count > 1:
             self._tag_nodes(o.region, out)
         return out
+
+    def _ensure_group(self, region: str, request: LaunchRequest) -> None:
+        """The gang's cluster placement group (one per attempt, tagged like its instances so
+        leak collection deletes it once the attempt is over); an existing one is reused."""
+        ec2 = self._api.ec2(region)
+        tags = {str(k): str(v) for k, v in request.tags.items()}
+        tags.setdefault(TAG_OWNER, self._owner)
+        try:
+            ec2.create_placement_group(
+                GroupName=request.placement_group,
+                Strategy="cluster",
+                TagSpecifications=[
+                    {
+                        "ResourceType": "placement-group",
+                        "Tags": [{"Key": k[:128], "Value": v[:256]} for k, v in tags.items()],
+                    }
+                ],
+            )
+        except ClientError as exc:
+            if error_code(exc) != "InvalidPlacementGroup.Duplicate":
+                raise translate(
+                    exc, what=f"create_placement_group in {region}", secrets=self._api.secrets
+                ) from None
+        except BotoCoreError as exc:
+            raise translate(
+                exc, what=f"create_placement_group in {region}", secrets=self._api.secrets
+            ) from None
 
     def _tag_nodes(self, region: str, instances: list[Instance]) -> None:
         """Node tags for a gang (TagSpecifications are one for all). Best effort: the node
@@ -138,6 +168,9 @@ class Instances:
         )
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
+        if request.count > 1:
+            # Nodes find node 0 (launch index 0) by this tag to rendezvous with it.
+            env["SPOTWISE_GANG_TOKEN"] = token
         # EC2 tag limits: keys 128, values 256 characters (Capabilities.label keeps values).
         tag_list = [{"Key": k[:128], "Value": v[:256]} for k, v in tags.items()]
         placement: dict[str, Any] = {"AvailabilityZone": o.zone}
@@ -251,6 +284,35 @@ class Instances:
                 TaggedResource(i.ref, dict(i.tags), i.live, i.launched_at) for i in instances
             )
             out.extend(self._loose_volumes(region, owner))
+            out.extend(self._groups(region, owner))
+        return out
+
+    def _groups(self, region: str, owner: str) -> list[TaggedResource]:
+        """Our gangs' placement groups (deleted by leak collection once their attempt ended)."""
+        if region in self._no_groups:
+            return []
+        ec2 = self._api.ec2(region)
+        try:
+            raws = self._api.call(
+                f"describe_placement_groups in {region}",
+                lambda: ec2.describe_placement_groups(
+                    Filters=[{"Name": f"tag:{TAG_OWNER}", "Values": [owner]}]
+                ).get("PlacementGroups", []),
+            )
+        except Exception as exc:
+            # Groups hold no instances once their gang ended and cost nothing: a listing
+            # that fails must not hide the instances and volumes listed above. Not asked
+            # again in this region by this process (an endpoint without placement groups).
+            self._no_groups.add(region)
+            self._api.emit(f"aws: cannot list placement groups in {region}: {str(exc)[:200]}")
+            return []
+        out = []
+        for g in raws:
+            if g.get("State") in ("deleting", "deleted"):
+                continue
+            tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
+            ref = ResourceRef(g["GroupName"], region, kind=ResourceKind.PLACEMENT_GROUP)
+            out.append(TaggedResource(ref, tags, True))
         return out
 
     def _loose_volumes(self, region: str, owner: str) -> list[TaggedResource]:
@@ -308,6 +370,8 @@ class Instances:
         for ref in refs:
             if ref.kind is ResourceKind.DISK:
                 self._delete_volume(ref)
+            elif ref.kind is ResourceKind.PLACEMENT_GROUP:
+                self._delete_group(ref)
         if not instances:
             return
         for region, ids in self._by_region(instances).items():
@@ -330,6 +394,18 @@ class Instances:
                         self._terminate_ids(region, [iid])
             except BotoCoreError as exc:
                 raise translate(exc, what=what, secrets=self._api.secrets) from None
+
+    def _delete_group(self, ref: ResourceRef) -> None:
+        ec2 = self._api.ec2(ref.region or self._regions[0])
+        try:
+            ec2.delete_placement_group(GroupName=ref.id)
+        except ClientError as exc:
+            code = error_code(exc)
+            if code in ("InvalidPlacementGroup.Unknown", "InvalidPlacementGroup.InUse"):
+                return  # gone, or its instances are still ending: the next listing decides
+            raise translate(exc, what="delete_placement_group", secrets=self._api.secrets) from None
+        except BotoCoreError as exc:
+            raise translate(exc, what="delete_placement_group", secrets=self._api.secrets) from None
 
     def _delete_volume(self, ref: ResourceRef) -> None:
         region = ref.region or (region_of_zone(ref.zone) if ref.zone else "")

@@ -59,7 +59,27 @@ fi
 
 # Gangs: every node gets the same user data (one RunInstances), so a node learns its index
 # from EC2's launch index unless the job set one.
-_NODE = 'export SPOTWISE_NODE="${SPOTWISE_NODE:-$(imds ami-launch-index || echo 0)}"\n'
+_NODE = """export SPOTWISE_NODE="${SPOTWISE_NODE:-$(imds ami-launch-index || echo 0)}"
+export SPOTWISE_NODE_RANK="${SPOTWISE_NODE_RANK:-$SPOTWISE_NODE}"
+if [ -z "${SPOTWISE_RDZV_ENDPOINT:-}" ]; then
+  # Node 0's private address: its own, or found by the gang's token tag and launch index 0.
+  host=""
+  for _ in 1 2 3 4 5 6 7 8 9 10; do
+    if [ "$SPOTWISE_NODE_RANK" = 0 ]; then
+      host=$(imds local-ipv4 || true)
+    elif command -v aws >/dev/null 2>&1; then
+      host=$(aws ec2 describe-instances --region "$(imds placement/region)" \\
+        --filters "Name=tag:spotwise-token,Values=${SPOTWISE_GANG_TOKEN:-}" \\
+                  "Name=launch-index,Values=0" \\
+        --query 'Reservations[0].Instances[0].PrivateIpAddress' --output text 2>/dev/null \\
+        | grep -v None || true)
+    fi
+    [ -n "$host" ] && break
+    sleep 6
+  done
+  export SPOTWISE_RDZV_ENDPOINT="${host:-127.0.0.1}:${SPOTWISE_RDZV_PORT:-29400}"
+fi
+"""
 
 
 def _record(env: Mapping[str, str]) -> tuple[str, bool]:

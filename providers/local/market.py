@@ -305,9 +305,64 @@ class LocalMarket:
         fresh = not any(self._locate(i) for i in ids)  # a retry completes what exists
         if fresh and off.market == Market.SPOT and not self.is_available(off.pool, now):
             raise CapacityUnavailable(f"no spot capacity in {off.pool} right now", pool=off.pool)
-        return [
-            self._launch_node(request, row, node, iid, command, now) for node, iid in enumerate(ids)
-        ]
+        gang = self._gang_env(request, ids) if request.count > 1 else {}
+        out: list[Instance] = []
+        for node, iid in enumerate(ids):
+            if self._locate(iid) is None and not self._has_capacity(off.pool):
+                # All or nothing, as one RunInstances with MinCount=MaxCount: the nodes that
+                # came up are terminated before the error is reported.
+                with contextlib.suppress(TransientError):
+                    self.terminate([ResourceRef(i) for i in ids[:node]])
+                raise CapacityUnavailable(
+                    f"only {node} of {request.count} {off.instance_type} in {off.zone} before "
+                    f"the capacity error (the local capacity of {off.pool} is full)",
+                    pool=off.pool,
+                )
+            env = {}
+            if gang:  # a loopback address per node: the rendezvous orders ranks by it
+                env = {**gang, "SPOTWISE_NODE_RANK": str(node)}
+                env["SPOTWISE_NODE_ADDR"] = f"127.0.0.{node + 1}"
+            out.append(self._launch_node(request, row, node, iid, command, now, env))
+        return out
+
+    def _gang_env(self, request: LaunchRequest, ids: list[str]) -> dict[str, str]:
+        """Node 0's rendezvous endpoint, on loopback: its port is picked once, when node 0
+        launches, and a retry completing the gang reads it back from node 0's spec."""
+        endpoint = request.env.get("SPOTWISE_RDZV_ENDPOINT", "")
+        if not endpoint:
+            spec0 = self._spec(ids[0]) if self._locate(ids[0]) else None
+            endpoint = str(((spec0 or {}).get("env") or {}).get("SPOTWISE_RDZV_ENDPOINT", ""))
+        if not endpoint:
+            endpoint = f"127.0.0.1:{_free_port()}"
+        return {"SPOTWISE_RDZV_ENDPOINT": endpoint, "SPOTWISE_NNODES": str(request.count)}
+
+    def set_capacity(self, capacity: dict[str, int] | None) -> None:
+        """How many live instances a pool holds (pool -> n, "*" for every pool); None lifts
+        it. Read from a file at each launch, so a test or demo can change it under a running
+        daemon, the way a real pool fills up."""
+        path = self.state_dir / "capacity.json"
+        if capacity is None:
+            path.unlink(missing_ok=True)
+        else:
+            state.write_json(path, capacity)
+
+    def _has_capacity(self, pool: str) -> bool:
+        caps = state.read_json(self.state_dir / "capacity.json")
+        if not isinstance(caps, dict):
+            return True
+        cap = caps.get(pool, caps.get("*"))
+        if not isinstance(cap, int):
+            return True
+        used = 0
+        for iid in self._live_ids():
+            spec = self._spec(iid) or {}
+            key = (spec.get("cloud"), spec.get("zone"), spec.get("instance_type"))
+            if None in key or pool_key(*key, spec.get("market", "spot")) != pool:  # type: ignore[arg-type]
+                continue
+            if (self.instances_dir / iid / state.END).exists():
+                continue
+            used += 1
+        return used < cap
 
     def _validate(self, request: LaunchRequest) -> list[str]:
         """LaunchRejected for a request no retry can fix (it would crash the job's exec)."""
@@ -352,6 +407,7 @@ class LocalMarket:
         instance_id: str,
         command: list[str],
         now: datetime,
+        node_env: dict[str, str] | None = None,
     ) -> Instance:
         if self._locate(instance_id) is not None:
             return self._relaunch(instance_id)
@@ -363,6 +419,7 @@ class LocalMarket:
         bindir = str(Path(sys.executable).parent)
         env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH", "")) if p)
         env.update(request.env)
+        env.update(node_env or {})
         env.update(
             SPOTWISE_CLOUD="local",
             SPOTWISE_NOTICE_FILE=str(instance_dir / state.NOTICE),
@@ -822,6 +879,14 @@ class _Family:
 
     def __init__(self, token: str) -> None:
         self.token = token
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def _ref(r: ResourceRef | str) -> ResourceRef:

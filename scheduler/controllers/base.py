@@ -16,7 +16,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session
@@ -32,6 +32,7 @@ from providers.base import (
 )
 from scheduler.catalog import Catalog
 from scheduler.models import AttemptState, JobState
+from scheduler.store import CheckpointStores, StoreError
 
 LIVE = (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)
 ACTIVE_JOB_STATES = (
@@ -48,12 +49,28 @@ class CrashForTest(RuntimeError):
     """Raised by a test's crash hook to simulate the daemon dying between two steps."""
 
 
+class Fence(Protocol):
+    """The lease of a replicated daemon (scheduler.ownership.Lease); None on SQLite."""
+
+    def check(self, s: Session) -> None:
+        """Inside the write transaction, before its writes: raise LeaseLost unless ours."""
+
+    def guard(self) -> None:
+        """Before a cloud call: raise LeaseLost unless the lease is (locally) still valid."""
+
+
 class Db:
     """The engine plus the process's write lock: writes are short and serialised, so the
-    accrue task and the reconcile pass never interleave inside one read-modify-write."""
+    accrue task and the reconcile pass never interleave inside one read-modify-write.
 
-    def __init__(self, engine: Engine) -> None:
+    With a fence (two replicas on PostgreSQL) every write transaction first proves, in that
+    same transaction, that this daemon still holds the lease at its epoch: a stale holder's
+    write raises LeaseLost and nothing of it is committed. Since every cloud call is preceded
+    by such a write (the intent), a rejected intent means no cloud call."""
+
+    def __init__(self, engine: Engine, fence: Fence | None = None) -> None:
         self.engine = engine
+        self.fence = fence
         self._lock = threading.Lock()
 
     def read(self) -> Session:
@@ -63,8 +80,26 @@ class Db:
     @contextmanager
     def write(self) -> Iterator[Session]:
         with self._lock, Session(self.engine, expire_on_commit=False) as s:
+            if self.fence is not None:
+                self.fence.check(s)
             yield s
             s.commit()
+
+
+class FencedStores(CheckpointStores):
+    """Checkpoint stores whose writes (the owner claim made before a launch) need a valid
+    lease: a stale holder must not hand a job's store back to an attempt it remembers."""
+
+    def __init__(self, fence: Fence) -> None:
+        super().__init__()
+        self._fence = fence
+
+    def write(self, uri: str, name: str, text: str, *, sync: bool = True) -> None:
+        try:
+            self._fence.guard()
+        except ProviderError as e:  # LeaseLost
+            raise StoreError(str(e)) from None
+        super().write(uri, name, text, sync=sync)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +145,12 @@ class Clouds:
     """The configured providers, each called on its own small thread pool with a deadline,
     so one slow cloud stalls neither the others nor the loop (nor the systemd watchdog)."""
 
-    def __init__(self, providers: Mapping[str, Provider], timeout: timedelta) -> None:
+    def __init__(
+        self, providers: Mapping[str, Provider], timeout: timedelta, fence: Fence | None = None
+    ) -> None:
         self.providers = dict(providers)
         self.timeout = timeout.total_seconds()
+        self.fence = fence
         self._pools = {
             name: ThreadPoolExecutor(max_workers=4, thread_name_prefix=f"cloud-{name}")
             for name in self.providers
@@ -138,9 +176,15 @@ class Clouds:
     def gather(
         self, calls: Mapping[str, tuple[str, Callable[[Provider], T]]]
     ) -> dict[str, Result[T]]:
-        """Run calls concurrently (key -> (provider, fn)); each gets the deadline."""
+        """Run calls concurrently (key -> (provider, fn)); each gets the deadline. A daemon
+        whose lease is no longer valid makes none: each gets the LeaseLost error."""
         futures: dict[str, Future[T]] = {}
         out: dict[str, Result[T]] = {}
+        if self.fence is not None and calls:
+            try:
+                self.fence.guard()
+            except ProviderError as e:  # LeaseLost
+                return {key: Result(error=e) for key in calls}
         for key, (name, fn) in calls.items():
             if name not in self.providers:
                 out[key] = Result(error=ProviderError(f"provider {name} is not configured"))

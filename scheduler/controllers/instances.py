@@ -3,6 +3,12 @@
 An instance the cloud does not show is "not visible yet" while the attempt's launch is
 younger than the provider's visibility delay; the launch time comes from the database, so a
 restart never turns a seconds-old launch into a lost one (and a second launch).
+
+A gang (an attempt with N nodes) runs once all N run; when any node gets a notice or is lost,
+the others are told to checkpoint (a "peer" stop: terminate, which the trainer answers with
+the common checkpoint on the step every rank agreed on), and the attempt ends when every node
+has, classified from all of them (lifecycle.classify_gang). A gang not whole within the
+launch timeout is stopped and its pool marked.
 """
 
 from __future__ import annotations
@@ -13,7 +19,14 @@ from datetime import datetime
 
 from sqlmodel import col, select
 
-from providers.base import EndReason, Instance, InstanceState, Market, ResourceRef
+from providers.base import (
+    EndReason,
+    FailureKind,
+    Instance,
+    InstanceState,
+    Market,
+    ResourceRef,
+)
 from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
@@ -27,9 +40,17 @@ from scheduler.controllers.base import (
     mark_unavailable,
     safe_message,
 )
+from scheduler.controllers.gang import mark_gang_capacity, nodes_of, observe_node, record_nodes
 from scheduler.controllers.spend import request_stop
-from scheduler.lifecycle import Ended, classify_end
-from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, PoolState
+from scheduler.lifecycle import PEER_STOP, Ended, classify_end, classify_gang, gang_shortfall
+from scheduler.models import (
+    Attempt,
+    AttemptEnd,
+    AttemptInstance,
+    AttemptState,
+    Job,
+    PoolState,
+)
 from scheduler.store import CheckpointStores, StoreError
 
 
@@ -72,6 +93,9 @@ class InstanceController:
                 .where(Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE))
                 .where(col(Attempt.instance_id).is_not(None))
             ).all()
+        gangs = [(a, uri) for a, uri in rows if a.nodes > 1]
+        with self.db.read() as s:
+            nodes = nodes_of(s, [a.id for a, _ in gangs]) if gangs else {}
         live = [
             _Live(
                 a.id,
@@ -87,14 +111,24 @@ class InstanceController:
                 a.notice_at is not None,
             )
             for a, uri in rows
+            if a.nodes <= 1
         ]
         by_provider: dict[str, list[_Live]] = {}
         for x in live:
             by_provider.setdefault(x.provider, []).append(x)
+        refs: dict[str, list[ResourceRef]] = {
+            n: [x.ref for x in xs] for n, xs in by_provider.items()
+        }
+        for a, _ in gangs:
+            for n in nodes.get(a.id, []):
+                if n.instance_id and n.state is not AttemptState.ENDED:
+                    refs.setdefault(a.provider, []).append(
+                        ResourceRef(n.instance_id, n.region, n.zone, n.instance_scope, n.started_at)
+                    )
         results = clouds.gather(
             {
-                name: (name, describing([x.ref for x in xs]))
-                for name, xs in by_provider.items()
+                name: (name, describing(rs))
+                for name, rs in refs.items()
                 if clouds.get(name) is not None
             }
         )
@@ -117,6 +151,207 @@ class InstanceController:
                 if inst.state is InstanceState.NOT_FOUND and now - x.since < delay:
                     continue  # launched moments ago; eventually consistent API
                 self._apply(x, inst, now)
+        for a, uri in gangs:
+            r = results.get(a.provider)
+            open_nodes = [n for n in nodes.get(a.id, []) if n.state is not AttemptState.ENDED]
+            if open_nodes and (r is None or r.value is None):
+                continue  # cannot tell this pass
+            seen = {i.id: i for i in (r.value or [])} if r is not None else {}
+            delay = clouds.providers[a.provider].capabilities.visibility_delay
+            since = a.launch_requested_at or a.created_at
+            views: dict[int, Instance] = {}
+            for row in nodes.get(a.id, []):
+                inst = seen.get(row.instance_id or "")
+                if inst is None or row.state is AttemptState.ENDED:
+                    continue
+                if inst.state is InstanceState.NOT_FOUND and now - since < delay:
+                    continue
+                views[row.node] = inst
+            try:
+                self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
+            except StoreError as e:
+                with self.db.write() as s:
+                    emit(
+                        s,
+                        now,
+                        "store_unreadable",
+                        f"cannot read the checkpoint store ({e}); will retry",
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                        level="warning",
+                    )
+
+    def _apply_gang(
+        self,
+        a: Attempt,
+        uri: str,
+        rows: list[AttemptInstance],
+        views: dict[int, Instance],
+        now: datetime,
+    ) -> None:
+        """One gang: its nodes' rows follow the cloud, then the gang follows its nodes."""
+        gone = (InstanceState.ENDED, InstanceState.NOT_FOUND)
+        all_end = bool(rows) and all(
+            r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
+            for r in rows
+        )
+        done, code = False, None
+        if all_end:  # store I/O, outside the transaction
+            done = self.stores.done(uri)
+            if not done:
+                code = self.stores.exit_code(uri, a.number)
+        cfg = self._config().daemon
+        with self.db.write() as s:
+            fresh = s.get(Attempt, a.id)
+            if fresh is None or fresh.state not in LIVE:
+                return
+            a = fresh
+            mine = s.exec(
+                select(AttemptInstance)
+                .where(AttemptInstance.attempt_id == a.id)
+                .order_by(col(AttemptInstance.node))
+            ).all()
+            failures: dict[int, FailureKind] = {}
+            for r in mine:
+                inst = views.get(r.node)
+                if inst is None:
+                    continue
+                if inst.failure is not None:
+                    failures[r.node] = inst.failure.kind
+                was = r.state
+                observe_node(r, inst, now)
+                s.add(r)
+                if was is not AttemptState.ENDED and r.state is AttemptState.ENDED:
+                    emit(
+                        s,
+                        now,
+                        "node_ended",
+                        f"node {r.node} of {a.nodes} ({r.instance_id}) ended: "
+                        f"{r.end_reason}"
+                        + (f" (exit {r.exit_code})" if r.exit_code is not None else ""),
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                    )
+            started = [r.started_at for r in mine if r.started_at is not None]
+            if started and a.started_at is None:
+                a.started_at = a.accrued_until = min(started)
+            noticed = [r for r in mine if r.notice_at is not None]
+            if noticed and a.notice_at is None:
+                first = min(noticed, key=lambda r: r.notice_at)  # type: ignore[arg-type,return-value]
+                a.notice_at = first.notice_at
+                emit(
+                    s,
+                    now,
+                    "interruption_notice",
+                    f"{a.pool}: the cloud will reclaim node {first.node} of {a.nodes} "
+                    f"({first.instance_id}); the whole gang is checkpointing",
+                    job_id=a.job_id,
+                    attempt_id=a.id,
+                    level="warning",
+                )
+            if mine and all(r.state is AttemptState.ENDED for r in mine):
+                self._end_gang(s, a, list(mine), failures, done, code, now)
+                return
+            lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
+            if (noticed or lost) and a.stop_requested_at is None:
+                # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
+                request_stop(s, a, PEER_STOP, now)
+                which = noticed[0] if noticed else lost[0]
+                what = "got an interruption notice" if noticed else f"ended ({which.end_reason})"
+                emit(
+                    s,
+                    now,
+                    "gang_stop",
+                    f"node {which.node} of {a.nodes} {what}: stopping the other nodes after "
+                    "one common checkpoint",
+                    job_id=a.job_id,
+                    attempt_id=a.id,
+                    level="warning",
+                )
+            up = [r for r in mine if r.state is AttemptState.RUNNING]
+            if len(up) >= a.nodes and a.state is AttemptState.LAUNCHING:
+                a.state = AttemptState.RUNNING
+                if a.stop_requested_at is None:
+                    job_running(s, a.job_id, a.pool, a.price_per_hour, now)
+                emit(
+                    s,
+                    now,
+                    "running",
+                    f"all {a.nodes} nodes on {a.pool}",
+                    job_id=a.job_id,
+                    attempt_id=a.id,
+                )
+            timeout = cfg.launch_timeout
+            if (
+                a.state is AttemptState.LAUNCHING
+                and a.stop_requested_at is None
+                and now - a.created_at > timeout
+            ):
+                # Not whole in time: stop the nodes that did come up (billed until they end).
+                why = gang_shortfall(
+                    len(up), a.nodes, a.instance_type, a.zone, f"came up within {timeout}"
+                )
+                request_stop(s, a, "launch_timeout", now)
+                a.detail = why
+                if up:
+                    mark_gang_capacity(s, a.pool, len(up), why, now, cfg.unavailable_ttl)
+                else:
+                    mark_unavailable(s, a.pool, why, now, cfg.unavailable_ttl)
+                emit(
+                    s, now, "launch_timeout", why, job_id=a.job_id, attempt_id=a.id, level="warning"
+                )
+            s.add(a)
+
+    def _end_gang(
+        self,
+        s,  # type: ignore[no-untyped-def]
+        a: Attempt,
+        rows: list[AttemptInstance],
+        failures: dict[int, FailureKind],
+        done: bool,
+        code: int | None,
+        now: datetime,
+    ) -> None:
+        facts = [
+            Ended(
+                _reason(r.end_reason),
+                r.exit_code if r.exit_code is not None else code,
+                done,
+                None,
+                failures.get(r.node)
+                or (FailureKind.FATAL if r.end_reason == EndReason.LAUNCH_FAILED.value else None),
+            )
+            for r in rows
+        ]
+        end = classify_gang(facts, a.stop_reason)
+        a.state = AttemptState.ENDED
+        a.ended_at = max((r.ended_at for r in rows if r.ended_at is not None), default=now)
+        if a.started_at is not None and a.ended_at < a.started_at:
+            a.ended_at = a.started_at
+        a.end_reason = end
+        a.exit_code = code if code is not None else rows[0].exit_code
+        s.add(a)
+        if a.market == Market.SPOT.value:
+            ps = s.get(PoolState, a.pool) or PoolState(pool=a.pool)
+            # Learned per node-hour: a gang of N is N nodes' exposure, one interruption.
+            ps.exposure_hours += sum(
+                max(0.0, hours(r.ended_at - r.started_at))
+                for r in rows
+                if r.started_at is not None and r.ended_at is not None
+            )
+            if end is AttemptEnd.INTERRUPTED:
+                ps.interruptions += 1
+                ps.last_interrupted_at = a.ended_at
+            s.add(ps)
+        emit(
+            s,
+            now,
+            f"attempt_{end.value}",
+            f"gang of {len(rows)} on {a.pool} ended: {end.value}",
+            job_id=a.job_id,
+            attempt_id=a.id,
+            level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
+        )
 
     def _apply(self, x: _Live, inst: Instance, now: datetime) -> None:
         if (
@@ -173,6 +408,8 @@ class InstanceController:
         return Ended(reason, code, done, x.stop_reason, failure)
 
     def _running(self, s, a: Attempt, inst: Instance, now: datetime) -> None:  # type: ignore[no-untyped-def]
+        if inst.state is InstanceState.RUNNING and a.started_at is None:
+            record_nodes(s, a, [inst], now)  # node 0's row follows the attempt
         if inst.state is InstanceState.RUNNING and a.state is AttemptState.LAUNCHING:
             a.state = AttemptState.RUNNING
             if a.stop_requested_at is None:
@@ -212,6 +449,7 @@ class InstanceController:
 
     def _end(self, s, a: Attempt, inst: Instance, facts: Ended, now: datetime) -> None:  # type: ignore[no-untyped-def]
         end = classify_end(facts)
+        record_nodes(s, a, [inst], now)
         a.state = AttemptState.ENDED
         a.ended_at = min(inst.ended_at or now, now)
         if a.started_at is None and end not in (AttemptEnd.LAUNCH_FAILED, AttemptEnd.REJECTED):
@@ -259,3 +497,18 @@ class InstanceController:
             ps.interruptions += 1
             ps.last_interrupted_at = a.ended_at
         s.add(ps)
+
+
+def _reason(value: str | None) -> EndReason:
+    try:
+        return EndReason(value or EndReason.UNKNOWN.value)
+    except ValueError:
+        return EndReason.UNKNOWN
+
+
+def _lost_node(r: AttemptInstance) -> bool:
+    """A node whose end takes the gang down with it: taken back, lost, or failed. A clean
+    exit (0, or no code yet) is left alone: its peers are finishing the same last step."""
+    if r.exit_code is not None:
+        return r.exit_code != 0
+    return r.end_reason not in (EndReason.EXITED.value,)

@@ -38,6 +38,7 @@ from scheduler.controllers.base import (
     CrashForTest,
     Db,
     hours,
+    later,
     safe_message,
 )
 from scheduler.controllers.rows import CHUNK, live_job_ids, load_by_id, table_of
@@ -84,6 +85,8 @@ class PassFacts:
     rate_by_row: np.ndarray
     statuses: list[budgets.BudgetStatus]
     hold_hours: float
+    # pool -> (instances it held, why): gangs larger than that skip it (PoolState).
+    gang_capacity: dict[str, tuple[int, str]] = field(default_factory=dict)
     catalog: Catalog = field(default_factory=Catalog.empty)
     # job id -> pools it was interrupted in recently (it should not return there yet)
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -135,6 +138,8 @@ class _Intent:
     job_id: str
     offering: Offering
     at: datetime
+    nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
+    shrunk: str = ""  # why, when it did
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,10 @@ class JobController:
         prior = cfg.policy.spot_interruption_prior
         unavailable: dict[str, datetime] = {}
         rates: dict[str, float] = {}
+        gang_capacity: dict[str, tuple[int, str]] = {}
         for p in s.exec(select(PoolState)).all():
+            if p.gang_capacity is not None and later(p.gang_capacity_until, now):
+                gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
             if p.unavailable_until is not None and p.unavailable_until > now:
                 unavailable[p.pool] = p.unavailable_until
             if p.interruptions or p.exposure_hours:
@@ -239,6 +247,7 @@ class JobController:
             rate_by_row=rate_column(cat, rates, prior),
             statuses=self.spend.statuses(s, now),
             hold_hours=self.spend.hold_hours(),
+            gang_capacity=gang_capacity,
             catalog=cat,
             memo=Candidates(cat),
         )
@@ -373,7 +382,7 @@ class JobController:
                     continue
                 if fresh.id in busy:
                     continue  # never two live attempts for one job
-                made.append(self._intent_row(fresh, it.offering, it.at))
+                made.append(self._intent_row(fresh, it))
                 events.append(
                     event(
                         it.at, "launching", fresh.reason, job_id=fresh.id, attempt_id=made[-1]["id"]
@@ -392,14 +401,18 @@ class JobController:
                 self._apply_live(s, jobs.get(u.job_id), attempts.get(u.attempt_id), u, facts)
         return [row["id"] for row in made]
 
-    def _intent_row(self, job: Job, o: Offering, now: datetime) -> dict[str, Any]:
-        """The next Attempt of `job` on `o` (LAUNCHING, with its deterministic token), and the
-        job marked LAUNCHING in the same transaction."""
+    def _intent_row(self, job: Job, it: _Intent) -> dict[str, Any]:
+        """The next Attempt of `job` on the intent's offering (LAUNCHING, with its
+        deterministic token), and the job marked LAUNCHING in the same transaction."""
+        o, now = it.offering, it.at
         number = job.attempts + 1
         attempt_id = f"{job.id}-a{number}"
         job.attempts = number
         job.state = JobState.LAUNCHING
-        job.reason = f"launching on {o.pool} at ${o.price_per_hour:.2f}/h"
+        gang = f"{it.nodes} x " if it.nodes > 1 else ""
+        job.reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
+        if it.shrunk:
+            job.reason += f" ({it.shrunk})"
         job.updated_at = now
         return {
             "id": attempt_id,
@@ -416,6 +429,7 @@ class JobController:
             "price_per_hour": o.price_per_hour,
             "billed_price": o.price_per_hour,
             "gpu_count": o.gpu_count,
+            "nodes": it.nodes,
             "state": AttemptState.LAUNCHING,
             "created_at": now,
         }
@@ -464,7 +478,7 @@ class JobController:
             spec = JobSpec.model_validate_json(job.spec_json)
             if job.deadline is not None and spec.gpu_hours:
                 return False  # the policy is asked, and what it learns saved, in the write
-            if spec.migrate != "never" and self._price_move(job, a, spec, facts, now):
+            if _follows_prices(spec, a) and self._price_move(job, a, spec, facts, now):
                 return False
         return True
 
@@ -509,7 +523,7 @@ class JobController:
                 spec = JobSpec.model_validate_json(job_w.spec_json)
                 if job_w.deadline is not None and spec.gpu_hours:
                     self._follow_deadline_policy(s, job_w, a_w, facts, now)
-                if a_w.stop_requested_at is None and spec.migrate != "never":
+                if a_w.stop_requested_at is None and _follows_prices(spec, a_w):
                     self._follow_prices(s, job_w, a_w, spec, facts, now)
         s.add(job_w)
 
@@ -752,6 +766,7 @@ class JobController:
             rate_by_row=facts.rate_by_row,
             restart_overhead_hours=hours(cfg.policy.restart_overhead),
             lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            gang_capacity=facts.gang_capacity,
         )
 
     def _place(self, job: Job, facts: PassFacts, now: datetime, writes: _Writes) -> None:
@@ -773,10 +788,12 @@ class JobController:
             self._explain(job, decision.reason, now, writes)
             return
         o = decision.offering
-        writes.intents.append(_Intent(job.id, o, now))
-        # The next job in this pass sees the smaller headroom (the launch reserves its burn).
+        shrunk = decision.reason if decision.nodes < req.nodes else ""
+        writes.intents.append(_Intent(job.id, o, now, decision.nodes, shrunk))
+        # The next job in this pass sees the smaller headroom (the launch reserves its burn,
+        # N x the price for a gang).
         facts.statuses = [
-            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour)
+            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour * decision.nodes)
             if st.rule.applies_to(job.name, job.team)
             else st
             for st in facts.statuses
@@ -817,7 +834,7 @@ class JobController:
 
 
 def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
-    per_instance = spec.gpu_specs()[0].count
+    per_instance = spec.gpu_specs()[0].count * spec.nodes
     progress = 0.0
     if job.total_steps and job.progress_step:
         progress = min(1.0, job.progress_step / job.total_steps)
@@ -825,3 +842,9 @@ def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
     return DeadlineJob(
         job.id, job.created_at, job.deadline, spec.gpu_hours / per_instance, progress
     )
+
+
+def _follows_prices(spec: JobSpec, a: Attempt) -> bool:
+    """A gang moves only when the cloud or its policy moves it: a price move would restart
+    every node for a per-node saving."""
+    return spec.migrate != "never" and a.nodes == 1

@@ -47,8 +47,16 @@ from scheduler.controllers.base import (
     mark_unavailable,
     safe_message,
 )
+from scheduler.controllers.gang import (
+    GangShortfall,
+    launching_gang,
+    mark_gang_capacity,
+    record_nodes,
+)
 from scheduler.controllers.rows import chunks, load_by_id, table_of
+from scheduler.controllers.spend import request_stop
 from scheduler.jobspec import JobSpec
+from scheduler.lifecycle import gang_shortfall
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job
 from scheduler.store import CheckpointStores, StoreError
 from trainer import contract
@@ -111,6 +119,16 @@ class LaunchController:
                 )
                 out.append(LaunchOutcome(a.id, launched=False, pool_failed=True))
                 continue
+            if a.nodes > provider.capabilities.max_count:
+                most = provider.capabilities.max_count
+                why = f"{a.provider} launches at most {most} instances in one request"
+                failed.append((a.id, AttemptEnd.LAUNCH_FAILED, why))
+                with self.db.write() as s:
+                    mark_gang_capacity(
+                        s, a.pool, most, why, now, self._config().daemon.unavailable_ttl
+                    )
+                out.append(LaunchOutcome(a.id, launched=False, pool_failed=True))
+                continue
             window = provider.capabilities.idempotency_window
             if (
                 a.launch_requested_at is not None
@@ -169,7 +187,10 @@ class LaunchController:
             return out
         self.step("after_claim")
         results = clouds.gather(
-            {aid: (name, launching(req)) for aid, (name, req) in requests.items()}
+            {
+                aid: (name, launching_gang(req) if req.count > 1 else launching(req))
+                for aid, (name, req) in requests.items()
+            }
         )
         self.step("after_launch")
         with self.db.write() as s:
@@ -235,13 +256,15 @@ class LaunchController:
             a.price_per_hour,
             a.created_at,
         )
-        env = dict(spec.env)
+        # The store's endpoint first: a job's own env may point its instances elsewhere.
+        env = {**self.stores.instance_env(job.checkpoint_uri), **spec.env}
         env.update(
             {
                 contract.ENV_JOB_ID: job.id,
                 contract.ENV_ATTEMPT: str(a.number),
                 contract.ENV_CHECKPOINT_URI: job.checkpoint_uri,
                 contract.ENV_CLOUD: a.cloud,
+                contract.ENV_NNODES: str(a.nodes),
             }
         )
         caps = provider.capabilities
@@ -249,9 +272,25 @@ class LaunchController:
             TAG_JOB: caps.label(job.id),
             TAG_ATTEMPT: caps.label(a.id),
             TAG_OWNER: caps.label(self._config().daemon.owner),
-            TAG_NODE: "0",
         }
-        return LaunchRequest(token=a.token, offering=o, command=spec.command, env=env, tags=tags)
+        group = None
+        if a.nodes > 1:
+            # Every node: the gang's size and one rendezvous id; the provider adds each
+            # node's rank and node 0's address (contract.ENV_NODE_RANK, ENV_RDZV_ENDPOINT).
+            env[contract.ENV_RDZV_ID] = a.id
+            if caps.placement_groups:
+                group = caps.label(f"spotwise-{a.id}")
+        else:
+            tags[TAG_NODE] = "0"
+        return LaunchRequest(
+            token=a.token,
+            offering=o,
+            command=spec.command,
+            env=env,
+            tags=tags,
+            count=a.nodes,
+            placement_group=group,
+        )
 
     def _record(
         self, attempt_id: str, instances: list[Instance] | None, error: Exception | None
@@ -274,8 +313,14 @@ class LaunchController:
         a = s.get(Attempt, attempt_id)
         if a is None or a.state is AttemptState.ENDED:
             return LaunchOutcome(attempt_id, launched=False)
+        if error is None and instances and a.nodes > 1:
+            return self._record_gang(s, a, instances, now)
+        if isinstance(error, GangShortfall):
+            return self._gang_failed(s, a, error, now)
         if error is None and instances:
             inst = instances[0]
+            with s.no_autoflush:  # its query never needs this batch's pending rows; a
+                record_nodes(s, a, [inst], now)  # flush per attempt would cost more
             a.instance_id = inst.id
             a.instance_scope = inst.scope
             a.region = inst.region or a.region
@@ -315,6 +360,82 @@ class LaunchController:
             s.add(a)
             emit(s, now, "launch_retry", msg, job_id=a.job_id, attempt_id=a.id, level="warning")
         return LaunchOutcome(attempt_id, launched=True)
+
+    def _record_gang(
+        self, s: Session, a: Attempt, instances: list[Instance], now: datetime
+    ) -> LaunchOutcome:
+        """The gang's instances, one row each; it runs when all N run (observe follows)."""
+        rows = record_nodes(s, a, instances, now)
+        emit(
+            s,
+            now,
+            "launched",
+            f"{len(instances)} x {a.instance_type} on {a.pool} ({a.market}): "
+            + ", ".join(i.id for i in sorted(instances, key=lambda i: i.node)),
+            job_id=a.job_id,
+            attempt_id=a.id,
+        )
+        started = [r.started_at for r in rows if r.started_at is not None]
+        if started and a.started_at is None:
+            a.started_at = min(started)
+            a.accrued_until = a.started_at
+        if len(rows) < a.nodes:
+            # An adapter that is not all-or-nothing returned part of the gang.
+            why = gang_shortfall(len(rows), a.nodes, a.instance_type, a.zone, "came up")
+            cfg = self._config().daemon
+            mark_gang_capacity(s, a.pool, len(rows), why, now, cfg.unavailable_ttl)
+            request_stop(s, a, "launch_failed", now)
+            a.detail = why
+            emit(s, now, "gang_partial", why, job_id=a.job_id, attempt_id=a.id, level="warning")
+        elif (
+            all(r.state is AttemptState.RUNNING for r in rows) and a.state is AttemptState.LAUNCHING
+        ):
+            a.state = AttemptState.RUNNING
+            if a.stop_requested_at is None:
+                job_running(s, a.job_id, a.pool, a.price_per_hour, now)
+        s.add(a)
+        return LaunchOutcome(a.id, launched=True)
+
+    def _gang_failed(
+        self, s: Session, a: Attempt, err: GangShortfall, now: datetime
+    ) -> LaunchOutcome:
+        """A gang that did not come up whole: what started is terminated (by the launch call,
+        else by the StopController), billed until it ends, and the pool marked: for gangs of
+        this size when some nodes fit, for everyone when none did."""
+        cfg = self._config().daemon
+        cause = err.cause
+        why = safe_message(cause)
+        up = [i for i in err.found if i.failure is None]
+        if isinstance(cause, CapacityUnavailable) and 0 < len(up) < a.nodes:
+            short = gang_shortfall(
+                len(up), a.nodes, a.instance_type, a.zone, "before the capacity error"
+            )
+            detail = why if short in why else f"{short}: {why}"
+            mark_gang_capacity(s, cause.pool or a.pool, len(up), short, now, cfg.unavailable_ttl)
+        else:
+            detail = (
+                f"no capacity: {why}"
+                if isinstance(cause, CapacityUnavailable)
+                else f"launch failed: {why}"
+            )
+            pool = cause.pool if isinstance(cause, CapacityUnavailable) else None
+            mark_unavailable(s, pool or a.pool, why, now, cfg.unavailable_ttl)
+        if err.found:
+            record_nodes(s, a, err.found, now)
+            started = [i.launched_at for i in up if i.launched_at is not None]
+            if started and a.started_at is None:
+                a.started_at = a.accrued_until = min(min(started), now)
+        if any(i.live for i in err.found) or not err.cleaned:
+            # Still running somewhere: the attempt ends when every node has (billed to then).
+            request_stop(s, a, "launch_failed", now)
+            if err.cleaned:
+                a.terminate_sent_at = now
+            a.detail = detail[:500]
+            s.add(a)
+            emit(s, now, "gang_partial", detail, job_id=a.job_id, attempt_id=a.id, level="warning")
+            return LaunchOutcome(a.id, launched=False)
+        self._fail_in(s, a.id, AttemptEnd.LAUNCH_FAILED, detail, now)
+        return LaunchOutcome(a.id, launched=False, pool_failed=True)
 
     def _fail(
         self, attempt_id: str, end: AttemptEnd, why: str, now: datetime, level: str = "warning"
@@ -359,6 +480,22 @@ class LaunchController:
             if r is None or r.error is not None:
                 continue  # cannot tell: neither adopt nor relaunch this pass
             found = [i for i in (r.value or []) if i.state is not InstanceState.NOT_FOUND]
+            if found and len(found) < a.nodes:
+                # Part of a gang (the daemon died between its nodes): the same token
+                # completes it while the launch timeout lasts; past it, stop what exists.
+                if now - a.created_at <= self._config().daemon.launch_timeout:
+                    left.append(a.id)
+                    continue
+                with self.db.write() as s:
+                    fresh = s.get(Attempt, a.id)
+                    if fresh is not None and fresh.state is not AttemptState.ENDED:
+                        record_nodes(s, fresh, found, now)
+                        request_stop(s, fresh, "launch_timeout", now)
+                        fresh.detail = gang_shortfall(
+                            len(found), a.nodes, a.instance_type, a.zone, "came up in time"
+                        )
+                        s.add(fresh)
+                continue
             if found:
                 with self.db.write() as s:
                     emit(

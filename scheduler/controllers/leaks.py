@@ -2,7 +2,8 @@
 
 When a resource was first seen without an owner is kept in the database (LeakSeen), so a
 restart neither resets the grace (leaks live longer) nor, worse, forgets that a resource was
-already waiting.
+already waiting. A live gang owns every node it recorded; a node it never recorded (a
+half-gang left by a crash) is a leak like any other.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import LIVE, Clouds, Db, listing, safe_message, terminating
+from scheduler.controllers.gang import nodes_of
 from scheduler.models import Attempt, LeakSeen
 
 
@@ -37,10 +39,14 @@ class LeakController:
         )
         now = self.clock.now()
         with self.db.read() as s:
-            live = {
-                a.id: (a.instance_id, a.provider)
-                for a in s.exec(select(Attempt).where(col(Attempt.state).in_(LIVE))).all()
-            }
+            attempts = s.exec(select(Attempt).where(col(Attempt.state).in_(LIVE))).all()
+            gangs = nodes_of(s, [a.id for a in attempts if a.nodes > 1])
+            live: dict[str, tuple[set[str], str]] = {}
+            for a in attempts:
+                ids = {r.instance_id for r in gangs.get(a.id, []) if r.instance_id}
+                if a.instance_id:
+                    ids.add(a.instance_id)
+                live[a.id] = (ids, a.provider)
             seen = {r.resource_id: r for r in s.exec(select(LeakSeen)).all()}
         orphans: dict[str, tuple[str, TaggedResource]] = {}
         for name, r in listed.items():
@@ -58,7 +64,9 @@ class LeakController:
                     owned is not None
                     and owned[1] == name
                     and (
-                        res.ref.kind is not ResourceKind.INSTANCE or owned[0] in (None, res.ref.id)
+                        res.ref.kind is not ResourceKind.INSTANCE
+                        or not owned[0]
+                        or res.ref.id in owned[0]
                     )
                 ):
                     continue

@@ -5,6 +5,10 @@ price of that interval (its pool's price as last polled), into per-hour SpendBuc
 budget's spend is one aggregate over its window's buckets. Enforcement only writes stop
 requests; the StopController makes the cloud calls, so a slow terminate never delays the
 decision that keeps a hard budget.
+
+A gang is billed per node: each of its AttemptInstance rows from that instance's own launch
+to its own end, at the attempt's interval price; the attempt's cost is their sum, and its
+burn (what budgets reserve) is N x the price.
 """
 
 from __future__ import annotations
@@ -22,7 +26,16 @@ from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import LIVE, CatalogHolder, Db, hours
-from scheduler.models import Attempt, AttemptState, BudgetSpend, Job, JobState, SpendBucket
+from scheduler.controllers.gang import nodes_of
+from scheduler.models import (
+    Attempt,
+    AttemptInstance,
+    AttemptState,
+    BudgetSpend,
+    Job,
+    JobState,
+    SpendBucket,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +109,19 @@ class SpendController:
         ).all()
         job_delta: dict[str, float] = {}
         buckets = _buckets_since(s, rows)
+        nodes = nodes_of(s, [a.id for a, _, _ in rows]) if rows else {}
         for a, job_name, team in rows:
             assert a.started_at is not None
+            if a.nodes > 1:
+                delta = self._accrue_gang(s, a, nodes.get(a.id, []), now, job_name, team)
+                if not a.ended_at:
+                    offer = prices.offering_for_pool(a.pool)
+                    if offer is not None:
+                        a.billed_price = offer.price_per_hour
+                s.add(a)
+                if delta:
+                    job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
+                continue
             start = a.accrued_until or a.started_at
             # An attempt whose instance ended but whose outcome is unsettled (store unreadable)
             # carries ended_at already: billing stops there too.
@@ -112,6 +136,9 @@ class SpendController:
                 delta = sum(i.usd for i in incs)
                 a.cost_usd = round(a.cost_usd + delta, 9)
                 a.accrued_until = end
+                for row in nodes.get(a.id, [])[:1]:  # node 0 mirrors a single-node attempt
+                    row.cost_usd, row.accrued_until = a.cost_usd, end
+                    s.add(row)
             if not ended:
                 offer = prices.offering_for_pool(a.pool)
                 if offer is not None:
@@ -128,6 +155,37 @@ class SpendController:
                 .values(cost_usd=jobs.c.cost_usd + sa.bindparam("delta")),
                 [{"job": job_id, "delta": delta} for job_id, delta in job_delta.items()],
             )
+
+    def _accrue_gang(
+        self,
+        s: Session,
+        a: Attempt,
+        rows: list[AttemptInstance],
+        now: datetime,
+        job_name: str,
+        team: str,
+    ) -> float:
+        """Each node from its own launch (or last accrual) to its own end (or now)."""
+        price = a.billed_price or a.price_per_hour
+        total = 0.0
+        for r in rows:
+            if r.started_at is None:
+                continue
+            start = r.accrued_until or r.started_at
+            end = r.ended_at or a.ended_at or now
+            if end == start:
+                continue
+            incs = split_by_hour(start, end, price)
+            for inc in incs:
+                self._add_bucket(s, inc, a, job_name, team)
+            usd = sum(i.usd for i in incs)
+            r.cost_usd = round(r.cost_usd + usd, 9)
+            r.accrued_until = end
+            s.add(r)
+            total += usd
+        a.cost_usd = round(a.cost_usd + total, 9)
+        a.accrued_until = a.ended_at or now
+        return total
 
     @staticmethod
     def _add_bucket(
@@ -173,7 +231,10 @@ class SpendController:
                 q = q.where(SpendBucket.hour >= start)
             burn = select(
                 func.coalesce(
-                    func.sum(func.coalesce(Attempt.billed_price, Attempt.price_per_hour)), 0.0
+                    func.sum(
+                        func.coalesce(Attempt.billed_price, Attempt.price_per_hour) * Attempt.nodes
+                    ),
+                    0.0,
                 )
             ).where(Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE))
             kind, _, value = rule.scope.partition(":")
@@ -209,7 +270,7 @@ class SpendController:
             if ws is not None:
                 start = max(start, ws)
             if now > start:
-                total += (a.billed_price or a.price_per_hour) * hours(now - start)
+                total += (a.billed_price or a.price_per_hour) * a.nodes * hours(now - start)
         return total
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:

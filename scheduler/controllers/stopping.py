@@ -1,5 +1,6 @@
 """Stops attempts on request (cancel, budget, policy): terminate by reference, re-ask every
-stop_grace, and for a launch in flight terminate whatever the cloud started under its token."""
+stop_grace, and for a launch in flight terminate whatever the cloud started under its token.
+A gang's stop terminates every node it still has (one call per provider)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from scheduler.audit import emit
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import LIVE, Clouds, Db, safe_message, terminating
+from scheduler.controllers.gang import node_refs, nodes_of, record_nodes
 from scheduler.models import Attempt, AttemptEnd, AttemptState
 
 _NEVER_STARTED = {
@@ -42,14 +44,21 @@ class StopController:
                     col(Attempt.stop_requested_at).is_not(None),
                 )
             ).all()
+            gangs = [a.id for a in stopping if a.nodes > 1]
+            nodes = nodes_of(s, gangs) if gangs else {}
         terminate: dict[str, tuple[str, Callable]] = {}
         for a in stopping:
-            if a.instance_id is not None:
+            if a.instance_id is not None or nodes.get(a.id):
                 if a.terminate_sent_at is None or now - a.terminate_sent_at >= grace:
-                    ref = ResourceRef(
-                        a.instance_id, a.region, a.zone, a.instance_scope, a.started_at
-                    )
-                    terminate[a.id] = (a.provider, terminating([ref]))
+                    refs = node_refs(nodes.get(a.id, []))
+                    if a.nodes <= 1 and a.instance_id is not None:
+                        refs = [
+                            ResourceRef(
+                                a.instance_id, a.region, a.zone, a.instance_scope, a.started_at
+                            )
+                        ]
+                    if refs:
+                        terminate[a.id] = (a.provider, terminating(refs))
                 continue
             if a.launch_requested_at is None:
                 self._end_unlaunched(a.id, now)  # the cloud was never asked: nothing to stop
@@ -87,8 +96,9 @@ class StopController:
                     found = r.value or []
                     if found:
                         # Adopt what the cloud started under the token: it is billed from its
-                        # launch and observed until it has ended.
+                        # launch and observed until it has ended (every node of a gang).
                         inst = found[0]
+                        record_nodes(s, a, found if a.nodes > 1 else [inst], now)
                         a.instance_id, a.instance_scope = inst.id, inst.scope
                         a.state = AttemptState.STOPPING
                         if inst.launched_at is not None and a.started_at is None:

@@ -358,8 +358,40 @@ def settings(quick: bool = False) -> list[Setting]:
         multi = multi_region(windows=3)
         multi = replace(multi, cases=multi.cases[-1:])
         return [single, multi, skynomad_3zone(extra=0), adrs_multi(quick=True),
-                price_spike(quick=True)]  # fmt: skip
-    return [single_region(), multi_region(), skynomad_3zone(), adrs_multi(), price_spike()]
+                price_spike(quick=True), gang(quick=True)]  # fmt: skip
+    return [single_region(), multi_region(), skynomad_3zone(), adrs_multi(), price_spike(),
+            gang()]  # fmt: skip
+
+
+# ---- gangs (a job of N nodes in one pool) ------------------------------------------------
+
+GANG_NODES = 4
+GANG_SEED = 4
+
+
+def gang(quick: bool = False, nodes: int = GANG_NODES) -> Setting:
+    """Test split, 2023: a gang of `nodes` instances (N x the price, any of N nodes can be
+    taken back: trace.gang_trace) over the 3-zone test set and us-west-2a alone."""
+    from .trace import gang_trace
+
+    full = v100_2023()
+    job = Job(48.0, 60.0, 0.2)
+    length = math.ceil(job.deadline / full.gap_hours)
+    n = 2 if quick else 10
+    starts = tuple(_even_starts(full.n_ticks, length, n))
+    cases = []
+    for zones in (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)):
+        g = gang_trace(full.select(zones), nodes, seed=GANG_SEED)
+        label = f"{nodes} nodes, {len(zones)} zone{'s' if len(zones) > 1 else ''}"
+        cases.append(Case(label, g, starts, job))
+    return Setting(
+        "gang",
+        f"gangs of {nodes} nodes in one pool (N x price, N x the interruption rate; 48 h, "
+        "60 h, o=0.2)",
+        tuple(cases),
+        dp_units=4,
+        windows=describe(Split.TEST),
+    )
 
 
 # ---- price spikes (synthetic, on the test split) ---------------------------------------

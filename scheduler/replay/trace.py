@@ -166,3 +166,35 @@ def load_availability_csv(path: Path) -> tuple[np.ndarray, list[datetime]]:
 def gap_hours_from_times(times: list[datetime]) -> float:
     """The tick length measured from timestamps (the first step, as skynomad does)."""
     return (times[1] - times[0]).total_seconds() / 3600.0
+
+
+def gang_trace(trace: Trace, nodes: int, seed: int = 0) -> Trace:
+    """The trace a gang of `nodes` instances in one pool sees, so every policy, the simulator
+    and the optimal DP replay gangs unchanged: it pays N x every price, and besides the pool
+    losing capacity (all nodes at once) each of the other N - 1 nodes is taken back on its
+    own at the pool's observed rate (outages per available hour), a tick of unavailability
+    each. The gang's interruption rate is thus about N x a node's (placement.gang_rate)."""
+    import numpy as np
+
+    if nodes <= 1:
+        return trace
+    rng = np.random.default_rng(seed)
+    avail = trace.available.copy()
+    g = trace.gap_hours
+    for z in range(avail.shape[0]):
+        row = trace.available[z].astype(bool)
+        up_hours = max(g, float(row.sum()) * g)
+        losses = int(np.count_nonzero(row[:-1] & ~row[1:]))
+        p = min(1.0, losses / up_hours * g)
+        for _ in range(nodes - 1):
+            hit = row & (rng.random(row.shape[0]) < p)
+            avail[z, hit] = False
+    return Trace(
+        trace.zones,
+        g,
+        avail,
+        trace.spot_price * nodes,
+        trace.on_demand_price * nodes,
+        trace.regions,
+        f"{trace.name} x{nodes} nodes",
+    )

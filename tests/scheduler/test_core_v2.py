@@ -441,3 +441,17 @@ def test_deadline_policy_keeps_working_after_a_restart_when_its_zone_lost_capaci
     w.rec.poll_prices()
     w.tick(n=3)
     assert not w.events("step_failed")
+
+
+def test_the_store_fence_only_moves_forward(tmp_path: Path) -> None:
+    """A stale daemon (paused, then replaced) cannot hand the store back to an older attempt;
+    a store reused by another job is claimed afresh."""
+    stores = CheckpointStores()
+    uri = f"file://{tmp_path}/ckpt"
+    stores.claim(uri, 2, "a-2", "j-1")
+    with pytest.raises(StoreError, match="owned by attempt 2"):
+        stores.claim(uri, 1, "a-1", "j-1")
+    assert contract.owner_attempt(stores.read(uri, contract.OWNER)) == 2
+    stores.claim(uri, 2, "a-2", "j-1")  # the same claim again (a retried pass) is fine
+    stores.claim(uri, 1, "b-1", "j-2")  # another job reusing the path
+    assert contract.owner_attempt(stores.read(uri, contract.OWNER)) == 1

@@ -59,7 +59,9 @@ def error(tmp_path: Path, extra: str) -> str:
         ('regions = ["us-east-1a"]', "did you mean 'us-east-1'?"),
         ('clouds = ["gcp"]\nregions = ["us-east-1"]', "regions (line 4): unknown region "
          "'us-east-1'; did you mean 'us-east1'?"),
-        ("nodes = 2", "job.toml: nodes (line 3): multi-node jobs (nodes > 1) are not supported"),
+        ("nodes = 65", "job.toml: nodes (line 3): Input should be less than or equal to 64"),
+        ("nodes = 2\nmin_nodes = 3", "job.toml: min_nodes (line 4): 3 is more than nodes = 2"),
+        ("nodes = 0", "job.toml: nodes (line 3): Input should be greater than or equal to 1"),
         ('deadline = "0s"', "job.toml: deadline (line 3): a relative deadline must be > 0"),
         ('deadline = "40000d"', "job.toml: deadline (line 3): a duration cannot be longer than 10"),
         ("deadline = 1e300", "a duration cannot be longer than 10 years"),
@@ -76,7 +78,7 @@ def test_refused_with_one_line(tmp_path, extra, expected):
 
 def test_command_nul_and_every_problem_its_own_line(tmp_path):
     job = tmp_path / "job.toml"
-    job.write_text('name = "x"\ncommand = ["a\\u0000"]\ncpus = inf\nnodes = 2\n')
+    job.write_text('name = "x"\ncommand = ["a\\u0000"]\ncpus = inf\nnodes = 0\n')
     with pytest.raises(UserError) as e:
         load_jobspec(job)
     lines = str(e.value).splitlines()
@@ -231,3 +233,11 @@ def test_submit_cli_refuses_with_one_line_per_problem(tmp_path):
     assert "'[bold]='" in r.stderr  # user text printed as is, not read as markup
     assert "Traceback" not in r.stderr + r.stdout
     assert not (tmp_path / "db.sqlite").exists()
+
+
+def test_a_gang_job_file_is_accepted(tmp_path):
+    job = tmp_path / "gang.toml"
+    job.write_text('name = "g"\ncommand = ["x"]\ngpus = "A100:8"\nnodes = 4\nmin_nodes = 2\n')
+    spec = load_jobspec(job)
+    assert (spec.nodes, spec.min_nodes, spec.fewest_nodes) == (4, 2, 2)
+    assert spec.gpu_specs()[0].count == 8  # per node

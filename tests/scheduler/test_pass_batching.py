@@ -55,10 +55,10 @@ def test_a_job_whose_write_fails_is_isolated_from_its_batch(make_world, monkeypa
     good = [w.submit(name=f"good{i}", gpus="V100:1") for i in range(5)]
     real = JobController._intent_row
 
-    def broken(self, job, o, now):
+    def broken(self, job, it):
         if job.id == bad:
             raise RuntimeError("disk says no")
-        return real(self, job, o, now)
+        return real(self, job, it)
 
     monkeypatch.setattr(JobController, "_intent_row", broken)
     w.tick()

@@ -1,0 +1,205 @@
+"""The lease on a real PostgreSQL server: one holder, takeover with epoch + 1 once expired,
+and a stale holder whose every write and cloud call is rejected (fencing)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+from sqlmodel import Session, select
+
+from scheduler.clock import SimClock
+from scheduler.config import Config, DaemonSettings
+from scheduler.controllers.base import Clouds, Db, FencedStores, launching
+from scheduler.db import open_db
+from scheduler.jobs import submit
+from scheduler.jobspec import jobspec_from_dict
+from scheduler.models import Attempt, DaemonLease, Event, Job, JobState
+from scheduler.ownership import Lease, LeaseLost, LeaseTimings
+from scheduler.reconcile import Reconciler
+from scheduler.store import StoreError
+from tests.fakes import NOW, FakeProvider, offering
+from tests.postgres.conftest import FakeMonotonic, expire_lease
+
+pytestmark = pytest.mark.timeout(120)
+TIMINGS = LeaseTimings(ttl=30, renew=10, deadline=20, statement_timeout=0.5)
+TIMINGS_CALL = __import__("datetime").timedelta(seconds=5)
+
+
+@pytest.fixture
+def db(pg_url):
+    engine = open_db(pg_url)
+    yield engine
+    engine.dispose()
+
+
+def _lease(url: str, **kw) -> Lease:
+    return Lease(url, TIMINGS, "test", **kw)
+
+
+def _row(engine) -> DaemonLease:
+    with Session(engine) as s:
+        row = s.get(DaemonLease, "daemon")
+        assert row is not None
+        return row
+
+
+def _event(db: Db, message: str) -> None:
+    with db.write() as s:
+        s.add(Event(at=NOW, kind="test", message=message))
+
+
+def _events(engine) -> list[str]:
+    with Session(engine) as s:
+        return [e.message for e in s.exec(select(Event).where(Event.kind == "test")).all()]
+
+
+def test_one_holder_and_a_takeover_only_after_expiry_with_the_next_epoch(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire() and a.epoch is not None
+    first = a.epoch
+    assert not b.try_acquire()  # fresh: the standby waits
+    assert a.renew() and not b.try_acquire()
+    expire_lease(pg_url)
+    assert b.try_acquire() and b.epoch == first + 1
+    row = _row(db)
+    assert (row.holder, row.epoch) == (b.holder, first + 1)
+    assert not a.renew()
+    assert a.lost is not None and f"epoch {first + 1}" in a.lost
+    assert b.renew() and b.lost is None
+
+
+def test_a_stale_holders_writes_are_rejected_in_their_own_transaction(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    lost: list[str] = []
+    a._on_lost = lost.append
+    assert a.try_acquire()
+    _event(Db(db, a), "a, holding")
+    expire_lease(pg_url)
+    assert b.try_acquire()
+    # A still believes it holds the lease (its own clock says it renewed in time, as a
+    # process paused by SIGSTOP would): the epoch check in the write's transaction says no.
+    assert a.valid()
+    with pytest.raises(LeaseLost, match="taken by"):
+        _event(Db(db, a), "a, stale")
+    assert _events(db) == ["a, holding"]
+    assert len(lost) == 1 and not a.valid()
+    with pytest.raises(LeaseLost):  # and from now on without asking the database
+        _event(Db(db, a), "a, again")
+    _event(Db(db, b), "b, holding")
+    assert _events(db) == ["a, holding", "b, holding"]
+
+
+def test_a_takeover_waits_for_the_holders_write_in_flight(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    expire_lease(pg_url)  # expired, but nobody has taken it yet: A may still write
+    with Db(db, a).write() as s:
+        s.add(Event(at=NOW, kind="test", message="in flight"))
+        s.flush()
+        # The row is locked FOR SHARE by A's transaction: the takeover cannot pass it.
+        with pytest.raises(sa.exc.OperationalError, match="locking tuple"):
+            b.try_acquire()
+    assert _events(db) == ["in flight"]  # committed while A still held the lease
+    assert b.try_acquire()
+    with pytest.raises(LeaseLost):
+        _event(Db(db, a), "after")
+
+
+def test_past_its_deadline_a_holder_calls_no_cloud_and_writes_nothing(pg_url, db, tmp_path):
+    clock = FakeMonotonic()
+    lost: list[str] = []
+    a = _lease(pg_url, monotonic=clock, on_lost=lost.append)
+    assert a.try_acquire()
+    fake = FakeProvider([offering()])
+    clouds = Clouds({"fake": fake}, TIMINGS_CALL, a)
+    stores = FencedStores(a)
+    uri = (tmp_path / "ckpt").as_uri()
+    stores.write(uri, "owner.json", "{}")  # in time: allowed
+    clock.advance(TIMINGS.deadline - 0.1)
+    assert a.valid()
+    clock.advance(0.2)  # no renewal for lease_deadline: stop, before any standby can take over
+    assert not a.valid() and lost and "lease_deadline" in lost[0]
+    from providers.base import LaunchRequest
+
+    req = LaunchRequest("tok", offering(), ["x"], {}, {})
+    result = clouds.gather({"k": ("fake", launching(req))})["k"]
+    assert isinstance(result.error, LeaseLost) and fake.launch_calls == 0
+    with pytest.raises(StoreError, match="not the lease holder"):
+        stores.write(uri, "owner.json", '{"attempt": 9}')
+    assert (tmp_path / "ckpt" / "owner.json").read_text() == "{}"
+    with pytest.raises(LeaseLost):
+        _event(Db(db, a), "late")
+    assert _events(db) == []
+    assert not a.renew()  # lost stays lost: the daemon exits and comes back as a standby
+    assert len(lost) == 1
+
+
+def test_a_clean_stop_hands_over_at_once(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    a.release()
+    assert _row(db).status == "stopped"
+    assert b.try_acquire()
+    with pytest.raises(LeaseLost):
+        _event(Db(db, a), "after release")
+
+
+def test_the_renewal_thread_keeps_the_lease_and_a_standby_waits(pg_url, db):
+    fast = LeaseTimings(ttl=1.2, renew=0.2, deadline=0.8, statement_timeout=0.1)
+    a = Lease(pg_url, fast, "test")
+    assert a.try_acquire()
+    a.start()
+    b = Lease(pg_url, fast, "test")
+    stop = threading.Event()
+    seen: list[object] = []
+
+    def waiting(hb) -> None:
+        seen.append(hb)
+        if len(seen) >= 8:  # 8 polls, 1.6 s: longer than the TTL, the renewals kept it
+            stop.set()
+
+    assert not b.wait_acquire(stop, waiting)
+    assert a.valid() and _row(db).holder == a.holder
+    a.close()  # stops renewing (as if the process died): the standby takes over
+    assert b.wait_acquire(threading.Event())
+    assert _row(db).holder == b.holder
+
+
+def _reconciler(engine, fake, clock, lease: Lease, tmp_path) -> Reconciler:
+    cfg = Config(daemon=DaemonSettings(database_url="unused://", accrue_interval="30s"))
+    rec = Reconciler(engine, cfg, {"fake": fake}, clock, fence=lease)
+    rec.poll_prices()
+    return rec
+
+
+def test_a_stale_holder_launches_nothing_and_the_new_holder_launches_once(pg_url, db, tmp_path):
+    clock = SimClock(NOW)
+    fake = FakeProvider([offering("us-east-1a", price=0.9)])
+    fake.clock = clock
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    old = _reconciler(db, fake, clock, a, tmp_path)
+    expire_lease(pg_url)
+    assert b.try_acquire()
+    new = _reconciler(db, fake, clock, b, tmp_path)
+    job = submit(
+        db,
+        jobspec_from_dict({"name": "j", "command": ["train"], "gpus": "V100:1"}),
+        clock.now(),
+        (tmp_path / "ckpt").as_uri(),
+    )
+    clock.advance(5)
+    old.reconcile()  # it still thinks it holds the lease: the intent write is rejected
+    assert fake.launch_calls == 0
+    with Session(db) as s:
+        assert s.exec(select(Attempt)).all() == []
+        assert s.get(Job, job.id).state is JobState.PENDING
+    new.reconcile()
+    old.reconcile()
+    new.reconcile()
+    assert fake.launch_calls == 1 and len(fake.instances) == 1
+    with Session(db) as s:
+        assert s.get(Job, job.id).state is JobState.RUNNING
+        assert len(s.exec(select(Attempt)).all()) == 1

@@ -1,0 +1,35 @@
+"""Gangs in the replay: N x the price, about N x the interruptions, and the deadline bench
+has a gang setting that every policy runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from scheduler.replay import scenarios
+from scheduler.replay.trace import gang_trace
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _losses(avail: np.ndarray) -> int:
+    return int(np.count_nonzero(avail[:, :-1] & ~avail[:, 1:]))
+
+
+def test_a_gang_pays_n_times_and_is_interrupted_about_n_times_as_often():
+    base = scenarios.v100_2023().select(("us-west-2a", "us-east-1a", "us-east-1f"))
+    g4 = gang_trace(base, 4, seed=1)
+    assert g4.on_demand_price == pytest.approx(4 * base.on_demand_price)
+    assert np.allclose(g4.spot_price, 4 * base.spot_price)
+    one, four = _losses(base.available.astype(bool)), _losses(g4.available.astype(bool))
+    assert 2.5 * one < four < 5 * one  # ~N x: the pool's losses plus 3 nodes' own
+    assert gang_trace(base, 1) is base
+
+
+def test_the_deadline_bench_has_a_gang_setting():
+    setting = scenarios.gang(quick=True)
+    assert any(s.key == "gang" for s in scenarios.settings(quick=True))
+    result = scenarios.run_setting(setting)
+    assert result.runs > 0 and "spotwise" in result.stats
+    # A 4-node gang on all on-demand costs 4 x a node's.
+    assert result.od_cost == pytest.approx(4 * (48.0 + 0.2) * 3.06, rel=0.01)
