@@ -151,6 +151,7 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
                     "worse_than_up_pct": _num(r.worse_than(name), 1),
                     "above_on_demand_pct": _num(r.above_on_demand(name), 1),
                     "worst_vs_on_demand": _num(r.worst_vs_on_demand(name), 4),
+                    "ms_per_decision": _num(st.ms_per_decision, 3),
                 }
             )
         shown, why = r.published_status()
@@ -196,7 +197,7 @@ def _fmt_ci(ci: list) -> str:
 def _print_setting(res: dict[str, Any]) -> None:
     table = Table(title=f"{res['title']}: {res['runs']} windows, {res['clusters']} clusters")
     cols = ("policy", "avg cost $", "misses", "score", "95% CI", "x optimal", "worse than UP",
-            "worst / all-OD", "> all-OD")  # fmt: skip
+            "worst / all-OD", "> all-OD", "ms/decision")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="left" if col == "policy" else "right")
     for row in res["policies"]:
@@ -211,6 +212,7 @@ def _print_setting(res: dict[str, Any]) -> None:
             f"{row['worse_than_up_pct']:.0f}%",
             f"{row['worst_vs_on_demand']:.3f}",
             f"{row['above_on_demand_pct']:.0f}%",
+            "-" if row["ms_per_decision"] is None else f"{row['ms_per_decision']:.3f}",
         )
     _out.print(table)
     d = res.get("spotwise_minus_best_baseline")
@@ -236,13 +238,17 @@ def _fmt_delta(d: dict[str, Any] | None) -> str:
 
 def _print_sweep(doc: dict[str, Any]) -> None:
     first = doc["settings"][0] if doc["settings"] else {}
+    worst: dict[str, float] = {}
+    for s in doc["settings"]:
+        for r in s["policies"]:
+            worst[r["policy"]] = max(worst.get(r["policy"], 0.0), r["worst_vs_on_demand"])
     table = Table(
         title="sweep: score (95% CI) per overhead x deadline slack; tasks of 12, 48 and 96 h, "
         "single- and multi-zone"
     )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
-            "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)", "worse than UP",
-            "worst / all-OD")  # fmt: skip
+            "cold", "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)",
+            "> UP", "worst/OD", "ms/dec")  # fmt: skip
     for col in cols:
         table.add_column(col, justify="right")
     for s in doc["settings"]:
@@ -257,18 +263,28 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             f"{rows['greedy']['score']:.1f}",
             f"{rows['uniform-progress']['score']:.1f}",
             f"{sw['score']:.1f} {_fmt_ci(sw['score_ci95'])}",
+            f"{rows['spotwise-cold']['score']:.1f}" if "spotwise-cold" in rows else "-",
             f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}",
             *(_fmt_delta(s.get(f"spotwise_minus_best_{f}")) for f in ("single_zone", "multi_zone")),
             "/".join(str(rows[p]["deadline_misses"]) for p in MISS_ORDER),
             f"{sw['worse_than_up_pct']:.0f}%",
             f"{sw['worst_vs_on_demand']:.3f}",
+            f"{sw['ms_per_decision']:.3f}",
         )
     _out.print(table)
     if first:
         _out.print(
             f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets; "
             "'spotwise - best': our score minus the better of greedy and UP (per replicate), "
-            "over all windows, the single-zone ones and the multi-zone ones"
+            "over all windows, the single-zone ones and the multi-zone ones; 'cold': spotwise "
+            "with no warm-up history (a new daemon's first job of a shape); 'ms/dec': "
+            "spotwise's wall time per decision tick, simulator loop and warm-up included; "
+            "'> UP': share of windows where spotwise paid more than UP; 'worst/OD': spotwise's "
+            "worst window's cost over all-on-demand"
+        )
+        _out.print(
+            "worst window / all-on-demand over the sweep: "
+            + ", ".join(f"{p} {v:.3f}" for p, v in worst.items())
         )
 
 

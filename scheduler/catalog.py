@@ -74,6 +74,10 @@ class Catalog:
             model: order[bounds[c] : bounds[c + 1]] for c, model in enumerate(self.gpus.values)
         }
         self._gpu_rows = np.flatnonzero(self.gpu_count > 0)
+        # First row of each pool: offering_for_pool is called per attempt in every accrual.
+        self._row_of_pool: dict[str, int] = {}
+        for i, o in enumerate(self._offerings):
+            self._row_of_pool.setdefault(o.pool, i)
 
     @classmethod
     def empty(cls) -> Catalog:
@@ -87,10 +91,8 @@ class Catalog:
 
     def offering_for_pool(self, pool: str) -> Offering | None:
         """The offering of one pool (pools are unique within a snapshot)."""
-        code = self.pools.index.get(pool)
-        if code is None:
-            return None
-        return self.offering(int(np.flatnonzero(self.pool == code)[0]))
+        row = self._row_of_pool.get(pool)
+        return None if row is None else self._offerings[row]
 
     def __iter__(self):
         return iter(self._offerings)

@@ -435,7 +435,9 @@ def status(
                     count,
                 )
             return
-        _print_json(views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine)))
+        # Byte for byte what _print_json writes, much faster over thousands of rows.
+        doc = views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine))
+        sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
         return

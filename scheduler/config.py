@@ -176,6 +176,10 @@ class PolicySettings(StrictModel):
     deadline_policy: str = "spotwise"
     restart_overhead: Duration = timedelta(minutes=3)
     spot_interruption_prior: float = Field(default=0.1, ge=0)
+    # Follow prices (scheduler.follow): a move to a cheaper pool must save this share of the
+    # cost of staying, net of the move, and the attempt must have run this long first.
+    follow_min_saving: float = Field(default=0.2, ge=0)
+    follow_min_gap: Duration = timedelta(minutes=30)
 
     @field_validator("deadline_policy")
     @classmethod

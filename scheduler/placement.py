@@ -48,6 +48,23 @@ class Requirements:
             min_nodes=spec.min_nodes,
         )
 
+    @staticmethod
+    def key_of(spec: JobSpec) -> tuple[object, ...]:
+        """Every spec field `from_spec` reads: equal keys give equal Requirements, so a pass
+        builds (and scans the catalog for) each distinct one once. Keep the two in step."""
+        return (
+            tuple(spec.gpus),
+            spec.gpu_memory_gb,
+            spec.cpus,
+            spec.memory_gb,
+            frozenset(spec.clouds),
+            frozenset(spec.regions),
+            spec.max_price_per_hour,
+            spec.spot,
+            spec.nodes,
+            spec.min_nodes,
+        )
+
     def describe(self) -> str:
         what = " or ".join(str(g) for g in self.gpus)
         if self.nodes > 1:
@@ -130,45 +147,99 @@ def gang_rate(node_rate: np.ndarray | float, nodes: int) -> np.ndarray | float:
     return node_rate * max(1, nodes)
 
 
-def candidates(
-    req: Requirements, cat: Catalog, ctx: PlacementContext, nodes: int | None = None
+def _describe(req: Requirements, nodes: int) -> str:
+    return req.describe() if nodes == req.nodes else replace(req, nodes=nodes).describe()
+
+
+def requirement_rows(
+    req: Requirements,
+    cat: Catalog,
+    markets: frozenset[Market] | None = None,
+    spot_zones: frozenset[str] | None = None,
+    nodes: int | None = None,
 ) -> tuple[np.ndarray, str]:
-    """Rows of every adequate offering (for `nodes` instances, default the job's), or no rows
-    and the reason a user would want to read."""
+    """The filters that depend only on what the job asks for (and a policy's market
+    restriction): hardware, clouds, regions, market, price cap. Jobs with the same
+    requirements share the answer (see `Candidates`); `nodes` only words the reason."""
     n = req.nodes if nodes is None else nodes
-    want = req.describe() if n == req.nodes else replace(req, nodes=n).describe()
     rows = _hardware_rows(req, cat)
     if len(rows) == 0:
-        return _none(f"no offering with {want}")
+        return _none(f"no offering with {_describe(req, n)}")
     if req.clouds:
         rows = rows[np.isin(cat.cloud[rows], cat.clouds.codes_of(req.clouds))]
     if req.regions:
         rows = rows[np.isin(cat.region[rows], cat.regions.codes_of(req.regions))]
     if len(rows) == 0:
-        return _none(f"no offering with {want}")
+        return _none(f"no offering with {_describe(req, n)}")
 
-    markets = {Market.SPOT, Market.ON_DEMAND}
+    allowed = {Market.SPOT, Market.ON_DEMAND}
     if req.spot is SpotPreference.ONLY:
-        markets = {Market.SPOT}
+        allowed = {Market.SPOT}
     elif req.spot is SpotPreference.NEVER:
-        markets = {Market.ON_DEMAND}
-    if ctx.markets is not None:
-        markets &= ctx.markets
-    if markets != {Market.SPOT, Market.ON_DEMAND}:
-        rows = rows[cat.spot[rows] == (Market.SPOT in markets)] if markets else rows[:0]
+        allowed = {Market.ON_DEMAND}
+    if markets is not None:
+        allowed &= markets
+    if allowed != {Market.SPOT, Market.ON_DEMAND}:
+        rows = rows[cat.spot[rows] == (Market.SPOT in allowed)] if allowed else rows[:0]
         if len(rows) == 0:
-            kinds = "/".join(sorted(m.value for m in markets)) or "any"
-            return _none(f"no {kinds} offering with {want}")
-    if ctx.spot_zones is not None:
-        zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(ctx.spot_zones))
+            kinds = "/".join(sorted(m.value for m in allowed)) or "any"
+            return _none(f"no {kinds} offering with {_describe(req, n)}")
+    if spot_zones is not None:
+        zone_ok = np.isin(cat.zone[rows], cat.zones.codes_of(spot_zones))
         rows = rows[~cat.spot[rows] | zone_ok]
 
     if req.max_price_per_hour is not None:
         under = rows[cat.price[rows] <= req.max_price_per_hour]
         if len(under) == 0:
             cheapest = float(cat.price[rows].min())
-            return _none(f"no offering with {want} (cheapest is ${cheapest:.2f}/h)")
+            return _none(f"no offering with {_describe(req, n)} (cheapest is ${cheapest:.2f}/h)")
         rows = under
+    return rows, ""
+
+
+class Candidates:
+    """A memo of `requirement_rows` over one catalog snapshot, for one reconcile pass: a
+    pass over thousands of jobs scans the catalog once per distinct requirement, not per
+    job. Pure: the same answers `requirement_rows` gives, computed at most once."""
+
+    def __init__(self, cat: Catalog) -> None:
+        self.cat = cat
+        self._memo: dict[
+            tuple[Requirements, int, frozenset[Market] | None, frozenset[str] | None],
+            tuple[np.ndarray, str],
+        ] = {}
+
+    def rows(
+        self,
+        req: Requirements,
+        markets: frozenset[Market] | None = None,
+        spot_zones: frozenset[str] | None = None,
+        nodes: int | None = None,
+    ) -> tuple[np.ndarray, str]:
+        n = req.nodes if nodes is None else nodes
+        key = (req, n, markets, spot_zones)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = requirement_rows(req, self.cat, markets, spot_zones, n)
+        return hit
+
+
+def candidates(
+    req: Requirements,
+    cat: Catalog,
+    ctx: PlacementContext,
+    nodes: int | None = None,
+    memo: Candidates | None = None,
+) -> tuple[np.ndarray, str]:
+    """Rows of every adequate offering (for `nodes` instances, default the job's), or no rows
+    and the reason a user would want to read. `memo` (over `cat`) only saves work."""
+    n = req.nodes if nodes is None else nodes
+    if memo is not None and memo.cat is cat:
+        rows, reason = memo.rows(req, ctx.markets, ctx.spot_zones, n)
+    else:
+        rows, reason = requirement_rows(req, cat, ctx.markets, ctx.spot_zones, n)
+    if len(rows) == 0:
+        return rows, reason
 
     now = ctx.now
     blocked = {p for p, until in ctx.unavailable.items() if until > now} | set(ctx.avoid_pools)
@@ -176,8 +247,8 @@ def candidates(
         free = rows[~_pool_mask(cat, rows, blocked)]
         if len(free) == 0:
             return _none(
-                f"all {len(rows)} offerings with {want} are out of capacity or were just "
-                "interrupted; retrying when their back-off ends",
+                f"all {len(rows)} offerings with {_describe(req, n)} are out of capacity or "
+                "were just interrupted; retrying when their back-off ends",
             )
         rows = free
 
@@ -212,14 +283,17 @@ def _none(reason: str) -> tuple[np.ndarray, str]:
     return np.empty(0, dtype=np.intp), reason
 
 
-def place(req: Requirements, cat: Catalog, ctx: PlacementContext) -> Decision:
+def place(
+    req: Requirements, cat: Catalog, ctx: PlacementContext, memo: Candidates | None = None
+) -> Decision:
     """Choose the adequate offering with the lowest expected cost to finish, or say why none.
-    An elastic gang that cannot be placed whole takes the most nodes that can be."""
-    rows, reason = candidates(req, cat, ctx)
+    An elastic gang that cannot be placed whole takes the most nodes that can be. `memo`
+    (over the same catalog) only saves work: the decision is the same without it."""
+    rows, reason = candidates(req, cat, ctx, memo=memo)
     n = req.nodes
     if len(rows) == 0 and req.min_nodes is not None and req.min_nodes < req.nodes:
         for fewer in range(req.nodes - 1, req.min_nodes - 1, -1):
-            rows, _ = candidates(req, cat, ctx, nodes=fewer)
+            rows, _ = candidates(req, cat, ctx, nodes=fewer, memo=memo)
             if len(rows):
                 n = fewer
                 break

@@ -94,12 +94,12 @@ class FencedStores(CheckpointStores):
         super().__init__()
         self._fence = fence
 
-    def write(self, uri: str, name: str, text: str) -> None:
+    def write(self, uri: str, name: str, text: str, *, sync: bool = True) -> None:
         try:
             self._fence.guard()
         except ProviderError as e:  # LeaseLost
             raise StoreError(str(e)) from None
-        super().write(uri, name, text)
+        super().write(uri, name, text, sync=sync)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,10 @@ class _Live:
     since: datetime  # when the launch was asked for (visibility grace counts from here)
     checkpoint_uri: str
     stop_reason: str | None
+    # What the database already says (so a pass writes only what changed)
+    launching: bool = False
+    started: bool = False
+    noticed: bool = False
 
 
 class InstanceController:
@@ -102,6 +106,9 @@ class InstanceController:
                 a.launch_requested_at or a.created_at,
                 uri,
                 a.stop_reason,
+                a.state is AttemptState.LAUNCHING,
+                a.started_at is not None,
+                a.notice_at is not None,
             )
             for a, uri in rows
             if a.nodes <= 1
@@ -347,6 +354,13 @@ class InstanceController:
         )
 
     def _apply(self, x: _Live, inst: Instance, now: datetime) -> None:
+        if (
+            inst.state is InstanceState.RUNNING
+            and not x.launching
+            and x.started
+            and (inst.notice_at is None or x.noticed)
+        ):
+            return  # running, as already recorded: `_running` would change nothing
         ended = inst.state in (InstanceState.ENDED, InstanceState.NOT_FOUND)
         facts: Ended | None = None
         if ended:

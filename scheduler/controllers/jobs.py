@@ -1,7 +1,11 @@
 """The per-job step: settle ended attempts, follow policies, place, and write launch intents.
 
 No cloud I/O here: a placement becomes an Attempt row (the intent), which the
-LaunchController turns into a cloud call. One job's failure never stops the others: a job
+LaunchController turns into a cloud call. A pass reads every job it steps, with what the
+decisions need, in a few queries (a `Snapshot`), decides in memory (placement and policies
+are pure), and writes the intents, waiting reasons and running-job updates in batched
+transactions, so its cost is a constant per job, not a few round trips per job. One job's
+failure never stops the others: a batch that fails is written again job by job, and a job
 whose step keeps failing is backed off exponentially and quarantined (FAILED, with the
 reason) after `quarantine_after` failures in a row; the event is written when the reason
 changes, not every pass.
@@ -11,17 +15,19 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import numpy as np
-from sqlmodel import Session, col, select
+import sqlalchemy as sa
+from sqlmodel import Session, col, func, select
 
-from providers.base import Market
+from providers.base import Market, Offering
 from scheduler import budget as budgets
 from scheduler import follow
-from scheduler.audit import emit
+from scheduler.audit import emit, emit_many, event
 from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.config import Config
@@ -35,6 +41,7 @@ from scheduler.controllers.base import (
     later,
     safe_message,
 )
+from scheduler.controllers.rows import CHUNK, live_job_ids, load_by_id, table_of
 from scheduler.controllers.spend import SpendController, request_stop
 from scheduler.deadline import DeadlineAdvice, DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
@@ -49,6 +56,8 @@ from scheduler.models import (
     PoolState,
 )
 from scheduler.placement import (
+    Candidates,
+    Decision,
     PlacementContext,
     Requirements,
     expected_cost,
@@ -60,11 +69,15 @@ from scheduler.store import CheckpointStores, StoreError
 
 log = logging.getLogger("spotwise.reconcile")
 PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure
+# Jobs whose writes (intents, waiting reasons, running-job updates) share one transaction:
+# large enough that a pass costs few commits, small enough that the write lock is brief.
+WRITE_BATCH = 500
 
 
 @dataclass
 class PassFacts:
-    """What every job's decision in one pass shares, read once per pass."""
+    """What every job's decision in one pass shares, read once per pass, plus per-pass memos
+    of the pure computations jobs with the same requirements share."""
 
     now: datetime
     unavailable: dict[str, datetime]
@@ -74,6 +87,94 @@ class PassFacts:
     hold_hours: float
     # pool -> (instances it held, why): gangs larger than that skip it (PoolState).
     gang_capacity: dict[str, tuple[int, str]] = field(default_factory=dict)
+    catalog: Catalog = field(default_factory=Catalog.empty)
+    # job id -> pools it was interrupted in recently (it should not return there yet)
+    avoid: dict[str, frozenset[str]] = field(default_factory=dict)
+    memo: Candidates | None = None
+    _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
+    _pool_rows: dict[str, np.ndarray] = field(default_factory=dict)
+    _alternatives: dict[tuple[object, ...], tuple[Decision, Decision]] = field(default_factory=dict)
+
+    def requirements(self, spec: JobSpec) -> Requirements:
+        key = Requirements.key_of(spec)
+        req = self._requirements.get(key)
+        if req is None:
+            req = self._requirements[key] = Requirements.from_spec(spec)
+        return req
+
+    def pool_rows(self, pool: str) -> np.ndarray:
+        rows = self._pool_rows.get(pool)
+        if rows is None:
+            cat = self.catalog
+            code = cat.pools.index.get(pool)
+            rows = np.flatnonzero(cat.pool == code) if code is not None else np.empty(0, np.intp)
+            self._pool_rows[pool] = rows
+        return rows
+
+    def alternatives(self, req: Requirements, ctx: PlacementContext) -> tuple[Decision, Decision]:
+        """The best offering and the best on-demand one under `ctx` (a budget-free, per-hour
+        context: it depends on the job only through these fields)."""
+        key = (req, ctx.avoid_pools, ctx.lost_work_hours, ctx.restart_overhead_hours)
+        hit = self._alternatives.get(key)
+        if hit is None:
+            best = place(req, self.catalog, ctx, self.memo)
+            od_ctx = replace(ctx, markets=frozenset({Market.ON_DEMAND}))
+            od = place(req, self.catalog, od_ctx, self.memo)
+            hit = self._alternatives[key] = (best, od)
+        return hit
+
+
+@dataclass
+class Snapshot:
+    """The jobs a pass steps and their attempts, read in a few queries."""
+
+    jobs: list[Job]
+    live: dict[str, Attempt]  # job id -> its live attempt
+    last: dict[str, Attempt]  # job id -> its highest-numbered attempt
+
+
+@dataclass(frozen=True, slots=True)
+class _Intent:
+    job_id: str
+    offering: Offering
+    at: datetime
+    nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
+    shrunk: str = ""  # why, when it did
+
+
+@dataclass(frozen=True, slots=True)
+class _LiveUpdate:
+    job_id: str
+    attempt_id: str
+    progress: dict[str, Any] | None
+    at: datetime
+
+
+@dataclass
+class _Writes:
+    """What a pass has decided but not yet written, flushed every WRITE_BATCH jobs."""
+
+    intents: list[_Intent] = field(default_factory=list)
+    explains: list[tuple[str, str, datetime]] = field(default_factory=list)
+    live: list[_LiveUpdate] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.intents) + len(self.explains) + len(self.live)
+
+    def job_ids(self) -> list[str]:
+        return (
+            [i.job_id for i in self.intents]
+            + [j for j, _, _ in self.explains]
+            + [u.job_id for u in self.live]
+        )
+
+    def one_by_one(self) -> Iterable[tuple[str, _Writes]]:
+        for i in self.intents:
+            yield i.job_id, _Writes(intents=[i])
+        for x in self.explains:
+            yield x[0], _Writes(explains=[x])
+        for u in self.live:
+            yield u.job_id, _Writes(live=[u])
 
 
 class JobController:
@@ -100,23 +201,26 @@ class JobController:
     def step(self, only: list[str] | None = None) -> list[str]:
         """Step every active job (or `only` these); returns the attempt ids of new intents."""
         with self.db.read() as s:
-            q = select(Job.id).where(col(Job.state).in_(ACTIVE_JOB_STATES))
-            if only is not None:
-                q = q.where(col(Job.id).in_(only))
-            ids = list(s.exec(q.order_by(col(Job.created_at))).all())
+            jobs = self._active_jobs(s, only)
+            if not jobs:
+                return []  # an idle daemon's pass: one query
             facts = self._facts(s)
+            snap = self._snapshot(s, jobs, only, facts)
         intents: list[str] = []
-        for job_id in ids:
+        writes = _Writes()
+        for job in snap.jobs:
             try:
-                made = self._step_job(job_id, facts)
+                self._step_job(job, snap, facts, writes)
             except CrashForTest:
                 raise
             except Exception as e:
-                log.exception("job %s: step failed", job_id)
-                self._step_failed(job_id, e)
+                log.exception("job %s: step failed", job.id)
+                self._step_failed(job.id, e)
                 continue
-            if made is not None:
-                intents.append(made)
+            if len(writes) >= WRITE_BATCH:
+                intents.extend(self._flush(writes, facts))
+                writes = _Writes()
+        intents.extend(self._flush(writes, facts))
         return intents
 
     def _facts(self, s: Session) -> PassFacts:
@@ -135,7 +239,7 @@ class JobController:
                 rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
                     p.exposure_hours + PRIOR_HOURS
                 )
-        cat = self.catalog.catalog
+        cat = self.catalog.catalog  # one snapshot for the whole pass, even if prices swap
         return PassFacts(
             now=now,
             unavailable=unavailable,
@@ -144,88 +248,284 @@ class JobController:
             statuses=self.spend.statuses(s, now),
             hold_hours=self.spend.hold_hours(),
             gang_capacity=gang_capacity,
+            catalog=cat,
+            memo=Candidates(cat),
         )
 
-    def _step_job(self, job_id: str, facts: PassFacts) -> str | None:
+    @staticmethod
+    def _active(chunk: list[str] | None) -> sa.ColumnElement[bool]:
+        active: sa.ColumnElement[bool] = col(Job.state).in_(ACTIVE_JOB_STATES)
+        return active if chunk is None else sa.and_(active, col(Job.id).in_(chunk))
+
+    @staticmethod
+    def _chunks(only: list[str] | None) -> list[list[str] | None]:
+        return [None] if only is None else [only[i : i + CHUNK] for i in range(0, len(only), CHUNK)]
+
+    def _active_jobs(self, s: Session, only: list[str] | None) -> list[Job]:
+        """Every active job (or those of `only`), oldest first."""
+        jobs: list[Job] = []
+        chunks = self._chunks(only)
+        for chunk in chunks:
+            q = select(Job).where(self._active(chunk)).order_by(col(Job.created_at))
+            jobs.extend(s.exec(q).all())
+        if len(chunks) > 1:
+            jobs.sort(key=lambda j: j.created_at)
+        return jobs
+
+    def _snapshot(
+        self, s: Session, jobs: list[Job], only: list[str] | None, facts: PassFacts
+    ) -> Snapshot:
+        """The jobs' live and last attempts, and the pools each was recently interrupted
+        in: three queries per chunk of ids, none per job."""
+        recent = facts.now - self._config().daemon.avoid_after_interrupt
+        joined = col(Attempt.job_id) == col(Job.id)
+        live: dict[str, Attempt] = {}
+        last: dict[str, Attempt] = {}
+        avoid: dict[str, set[str]] = {}
+        for chunk in self._chunks(only):
+            active = self._active(chunk)
+            for a in s.exec(
+                select(Attempt).join(Job, joined).where(active, col(Attempt.state).in_(LIVE))
+            ).all():
+                live.setdefault(a.job_id, a)
+            top = (
+                select(col(Attempt.job_id).label("job_id"), func.max(Attempt.number).label("n"))
+                .join(Job, joined)
+                .where(active)
+                .group_by(col(Attempt.job_id))
+                .subquery()
+            )
+            for a in s.exec(
+                select(Attempt).join(
+                    top,
+                    sa.and_(col(Attempt.job_id) == top.c.job_id, col(Attempt.number) == top.c.n),
+                )
+            ).all():
+                last[a.job_id] = a
+            for job_id, pool in s.exec(
+                select(Attempt.job_id, Attempt.pool)
+                .join(Job, joined)
+                .where(
+                    active,
+                    Attempt.end_reason == AttemptEnd.INTERRUPTED,
+                    col(Attempt.ended_at) > recent,
+                )
+            ).all():
+                avoid.setdefault(job_id, set()).add(pool)
+        facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
+        return Snapshot(jobs, live, last)
+
+    def _step_job(self, job: Job, snap: Snapshot, facts: PassFacts, writes: _Writes) -> None:
         now = self.clock.now()
-        with self.db.read() as s:
-            job = s.get(Job, job_id)
-            if job is None or job.state.terminal:
-                return None
-            live = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id, col(Attempt.state).in_(LIVE))
-            ).first()
-            last = s.exec(
-                select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number).desc())
-            ).first()
+        live = snap.live.get(job.id)
         if live is not None:
-            self._step_live(job, live, facts, now)
-            return None
+            self._step_live(job, live, facts, now, writes)
+            return
+        last = snap.last.get(job.id)
+        fresh: Job | None = job
         if last is not None and last.end_reason is not None and job.settled_attempt != last.id:
-            self._settle(job_id, last, now)
+            self._settle(job.id, last, now)
+            fresh = self._reread(job.id)
         elif job.cancel_requested:
-            self._finish(job_id, JobState.CANCELLED, "cancelled by user", now)
-            return None
+            self._finish(job.id, JobState.CANCELLED, "cancelled by user", now)
+            return
         elif job.state is JobState.HELD:
-            self._maybe_release_hold(job_id, now)
+            if not self._hold_ends(job, now):
+                return  # most held jobs stay held: no write to find that out
+            self._maybe_release_hold(job.id, now)
+            fresh = self._reread(job.id)
+        if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
+            return
+        if not self.placing or (fresh.not_before is not None and fresh.not_before > now):
+            return
+        self._place(fresh, facts, now, writes)
+
+    def _reread(self, job_id: str) -> Job | None:
         with self.db.read() as s:
-            job = s.get(Job, job_id)
-        if job is None or job.state not in (JobState.PENDING, JobState.RECOVERING):
-            return None
-        if not self.placing or (job.not_before is not None and job.not_before > now):
-            return None
-        return self._place(job, facts, now)
+            return s.get(Job, job_id)
+
+    # -- writing what the pass decided ---------------------------------------------------------
+    def _flush(self, writes: _Writes, facts: PassFacts) -> list[str]:
+        """Write a batch in one transaction; if that fails, job by job, so one bad job is
+        backed off (and eventually quarantined) alone."""
+        if not len(writes):
+            return []
+        try:
+            return self._write(writes, facts)
+        except CrashForTest:
+            raise
+        except Exception:
+            log.warning("a batch of %d job writes failed; writing them one by one", len(writes))
+        made: list[str] = []
+        for job_id, one in writes.one_by_one():
+            try:
+                made.extend(self._write(one, facts))
+            except CrashForTest:
+                raise
+            except Exception as e:
+                log.exception("job %s: step failed", job_id)
+                self._step_failed(job_id, e)
+        return made
+
+    def _write(self, writes: _Writes, facts: PassFacts) -> list[str]:
+        """One transaction: re-read the batch's jobs (and live attempts), then write what
+        still holds. Intents and their events go in as one INSERT each."""
+        made: list[dict[str, Any]] = []
+        events: list[dict[str, Any]] = []
+        with self.db.write() as s:
+            jobs = load_by_id(s, Job, writes.job_ids())
+            attempts = load_by_id(s, Attempt, [u.attempt_id for u in writes.live])
+            busy = live_job_ids(s, [i.job_id for i in writes.intents])
+            for it in writes.intents:
+                fresh = jobs.get(it.job_id)
+                if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
+                    continue
+                if fresh.id in busy:
+                    continue  # never two live attempts for one job
+                made.append(self._intent_row(fresh, it))
+                events.append(
+                    event(
+                        it.at, "launching", fresh.reason, job_id=fresh.id, attempt_id=made[-1]["id"]
+                    )
+                )
+            for job_id, reason, at in writes.explains:
+                fresh = jobs.get(job_id)
+                if fresh is not None and fresh.reason != reason:
+                    fresh.reason, fresh.updated_at = reason, at
+                    s.add(fresh)
+                    events.append(event(at, "waiting", reason, job_id=job_id))
+            if made:
+                s.execute(sa.insert(table_of(Attempt)), made)
+            emit_many(s, events)
+            for u in writes.live:
+                self._apply_live(s, jobs.get(u.job_id), attempts.get(u.attempt_id), u, facts)
+        return [row["id"] for row in made]
+
+    def _intent_row(self, job: Job, it: _Intent) -> dict[str, Any]:
+        """The next Attempt of `job` on the intent's offering (LAUNCHING, with its
+        deterministic token), and the job marked LAUNCHING in the same transaction."""
+        o, now = it.offering, it.at
+        number = job.attempts + 1
+        attempt_id = f"{job.id}-a{number}"
+        job.attempts = number
+        job.state = JobState.LAUNCHING
+        gang = f"{it.nodes} x " if it.nodes > 1 else ""
+        job.reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
+        if it.shrunk:
+            job.reason += f" ({it.shrunk})"
+        job.updated_at = now
+        return {
+            "id": attempt_id,
+            "job_id": job.id,
+            "number": number,
+            "token": f"{self._config().daemon.owner}-{attempt_id}",
+            "provider": self.catalog.provider_of_pool.get(o.pool, o.cloud),
+            "cloud": o.cloud,
+            "region": o.region,
+            "zone": o.zone,
+            "instance_type": o.instance_type,
+            "market": o.market.value,
+            "pool": o.pool,
+            "price_per_hour": o.price_per_hour,
+            "billed_price": o.price_per_hour,
+            "gpu_count": o.gpu_count,
+            "nodes": it.nodes,
+            "state": AttemptState.LAUNCHING,
+            "created_at": now,
+        }
 
     # -- running jobs ------------------------------------------------------------------------
-    def _step_live(self, job: Job, a: Attempt, facts: PassFacts, now: datetime) -> None:
+    def _step_live(
+        self, job: Job, a: Attempt, facts: PassFacts, now: datetime, writes: _Writes
+    ) -> None:
         progress = None
         if a.state is AttemptState.RUNNING:
             try:
                 progress = self.stores.progress(job.checkpoint_uri)
             except StoreError:
                 progress = None  # the observe step reports unreadable stores
-        with self.db.write() as s:
-            job_w = s.get(Job, job.id)
-            a_w = s.get(Attempt, a.id)
-            if job_w is None or a_w is None or a_w.state not in LIVE:
-                return
-            if progress:
-                step, total = progress.get("step"), progress.get("total_steps")
-                if isinstance(step, int) and step != job_w.progress_step:
-                    job_w.progress_step = step
-                if isinstance(total, int) and total != job_w.total_steps:
-                    job_w.total_steps = total
-            if job_w.step_failures:
-                job_w.step_failures, job_w.last_error = 0, ""
-            if job_w.cancel_requested and a_w.stop_requested_at is None:
-                request_stop(s, a_w, "cancel", now)
-                emit(
-                    s,
-                    now,
-                    "stopping",
-                    "cancel requested: checkpointing and stopping",
-                    job_id=job.id,
-                    attempt_id=a.id,
-                )
-            elif a_w.stop_requested_at is None:
-                if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
-                    job_w.state = JobState.RUNNING
-                    job_w.reason = f"on {a_w.pool} at ${a_w.price_per_hour:.2f}/h"
-                    job_w.updated_at = now
-                elif a_w.state is AttemptState.LAUNCHING and job_w.state not in (
-                    JobState.LAUNCHING,
-                ):
-                    job_w.state = JobState.LAUNCHING
-                    job_w.updated_at = now
-                if a_w.state is AttemptState.RUNNING and self.placing:
-                    spec = JobSpec.model_validate_json(job_w.spec_json)
-                    if job_w.deadline is not None and spec.gpu_hours:
-                        self._follow_deadline_policy(s, job_w, a_w, facts, now)
-                    # A gang moves only when the cloud or its policy moves it: a price move
-                    # would restart every node for a per-node saving.
-                    if a_w.stop_requested_at is None and spec.migrate != "never" and a_w.nodes == 1:
-                        self._follow_prices(s, job_w, a_w, spec, facts, now)
-            s.add(job_w)
+        if self._live_unchanged(job, a, progress, facts, now):
+            return  # the common case in a steady pass: nothing to write
+        writes.live.append(_LiveUpdate(job.id, a.id, progress, now))
+
+    def _live_unchanged(
+        self,
+        job: Job,
+        a: Attempt,
+        progress: dict[str, Any] | None,
+        facts: PassFacts,
+        now: datetime,
+    ) -> bool:
+        """True when `_apply_live` would change nothing (judged on the pass's snapshot; the
+        write itself re-reads the rows)."""
+        if progress:
+            step, total = progress.get("step"), progress.get("total_steps")
+            if isinstance(step, int) and step != job.progress_step:
+                return False
+            if isinstance(total, int) and total != job.total_steps:
+                return False
+        if job.step_failures:
+            return False
+        if a.stop_requested_at is not None:
+            return True
+        if job.cancel_requested:
+            return False
+        if a.state is AttemptState.RUNNING and job.state is not JobState.RUNNING:
+            return False
+        if a.state is AttemptState.LAUNCHING and job.state is not JobState.LAUNCHING:
+            return False
+        if a.state is AttemptState.RUNNING and self.placing:
+            spec = JobSpec.model_validate_json(job.spec_json)
+            if job.deadline is not None and spec.gpu_hours:
+                return False  # the policy is asked, and what it learns saved, in the write
+            if _follows_prices(spec, a) and self._price_move(job, a, spec, facts, now):
+                return False
+        return True
+
+    def _apply_live(
+        self,
+        s: Session,
+        job_w: Job | None,
+        a_w: Attempt | None,
+        u: _LiveUpdate,
+        facts: PassFacts,
+    ) -> None:
+        now, progress = u.at, u.progress
+        if job_w is None or a_w is None or a_w.state not in LIVE:
+            return
+        if progress:
+            step, total = progress.get("step"), progress.get("total_steps")
+            if isinstance(step, int) and step != job_w.progress_step:
+                job_w.progress_step = step
+            if isinstance(total, int) and total != job_w.total_steps:
+                job_w.total_steps = total
+        if job_w.step_failures:
+            job_w.step_failures, job_w.last_error = 0, ""
+        if job_w.cancel_requested and a_w.stop_requested_at is None:
+            request_stop(s, a_w, "cancel", now)
+            emit(
+                s,
+                now,
+                "stopping",
+                "cancel requested: checkpointing and stopping",
+                job_id=job_w.id,
+                attempt_id=a_w.id,
+            )
+        elif a_w.stop_requested_at is None:
+            if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
+                job_w.state = JobState.RUNNING
+                job_w.reason = f"on {a_w.pool} at ${a_w.price_per_hour:.2f}/h"
+                job_w.updated_at = now
+            elif a_w.state is AttemptState.LAUNCHING and job_w.state not in (JobState.LAUNCHING,):
+                job_w.state = JobState.LAUNCHING
+                job_w.updated_at = now
+            if a_w.state is AttemptState.RUNNING and self.placing:
+                spec = JobSpec.model_validate_json(job_w.spec_json)
+                if job_w.deadline is not None and spec.gpu_hours:
+                    self._follow_deadline_policy(s, job_w, a_w, facts, now)
+                if a_w.stop_requested_at is None and _follows_prices(spec, a_w):
+                    self._follow_prices(s, job_w, a_w, spec, facts, now)
+        s.add(job_w)
 
     def _follow_deadline_policy(
         self, s: Session, job: Job, a: Attempt, facts: PassFacts, now: datetime
@@ -240,14 +540,14 @@ class JobController:
         ran = hours(now - (a.started_at or a.created_at))
         # No budget headroom here: the running attempt's own burn would make its pool look
         # unaffordable to itself; budgets are judged when the next attempt is placed.
-        ctx = self._context(s, job, spec, facts, now, with_budget=False)
+        ctx = self._context(job, spec, facts, now, with_budget=False)
         advice = self._advise(
             s,
             planner,
             now,
             _deadline_job(job, spec),
             Requirements.from_spec(spec),
-            self.catalog.catalog,
+            facts.catalog,
             ctx,
             current=current,
             remaining_overhead=max(0.0, planner.restart_overhead - ran),
@@ -308,24 +608,22 @@ class JobController:
             s.add(mine)
         return advice
 
-    def _follow_prices(
-        self, s: Session, job: Job, a: Attempt, spec: JobSpec, facts: PassFacts, now: datetime
-    ) -> None:
-        """Move a running attempt whose price no longer pays (scheduler.follow decides). A
-        deadline job only leaves a spot price above on-demand here; where else it runs is its
-        policy's call, on the next placement."""
-        cat = self.catalog.catalog
-        code = cat.pools.index.get(a.pool)
-        rows = np.flatnonzero(cat.pool == code) if code is not None else np.empty(0, np.intp)
+    def _price_move(
+        self, job: Job, a: Attempt, spec: JobSpec, facts: PassFacts, now: datetime
+    ) -> tuple[follow.Move, follow.Alternative | None] | None:
+        """Whether a running attempt's price no longer pays (scheduler.follow decides): pure,
+        on what the pass read. A deadline job only leaves a spot price above on-demand here;
+        where else it runs is its policy's call, on the next placement."""
+        cat = facts.catalog
+        rows = facts.pool_rows(a.pool)
         if len(rows) == 0:
-            return  # not in the catalog now: no price to judge it by
-        ctx = self._context(s, job, spec, facts, now, with_budget=False)
+            return None  # not in the catalog now: no price to judge it by
+        ctx = self._context(job, spec, facts, now, with_budget=False)
         per_hour = replace(ctx, remaining_gpu_hours=None)  # expected $ per hour of work
         cur_rate = float(expected_cost(cat, rows[:1], per_hour)[0])
         alt_ctx = replace(per_hour, avoid_pools=ctx.avoid_pools | {a.pool})
-        req = Requirements.from_spec(spec)
-        best = place(req, cat, alt_ctx)
-        ondemand = place(req, cat, replace(alt_ctx, markets=frozenset({Market.ON_DEMAND})))
+        req = facts.requirements(spec)
+        best, ondemand = facts.alternatives(req, alt_ctx)
         od_price = ondemand.offering.price_per_hour if ondemand.offering is not None else None
         price = float(cat.price[rows[0]])
         ran = hours(now - (a.started_at or a.created_at))
@@ -337,7 +635,7 @@ class JobController:
             )
         above_on_demand = cur.spot and od_price is not None and price > od_price
         if job.deadline is not None and spec.gpu_hours and not above_on_demand:
-            return  # a cheaper pool is the deadline policy's call, not a price move
+            return None  # a cheaper pool is the deadline policy's call, not a price move
         # Without an estimate, assume the job runs as long again as it has so far.
         remaining = max(1.0, ran)
         if ctx.remaining_gpu_hours:
@@ -347,9 +645,20 @@ class JobController:
             checkpoint_hours=hours(self._config().daemon.stop_grace),
             lost_work_hours=ctx.lost_work_hours,
         )
-        move = follow.decide(cur, alt, od_price, remaining, costs)
-        if move is None:
+        pol = self._config().policy
+        move = follow.decide(
+            cur, alt, od_price, remaining, costs, pol.follow_min_saving, hours(pol.follow_min_gap)
+        )
+        return None if move is None else (move, alt)
+
+    def _follow_prices(
+        self, s: Session, job: Job, a: Attempt, spec: JobSpec, facts: PassFacts, now: datetime
+    ) -> None:
+        """Move a running attempt whose price no longer pays: decided on the fresh rows."""
+        found = self._price_move(job, a, spec, facts, now)
+        if found is None:
             return
+        move, alt = found
         request_stop(s, a, "price", now)
         job.reason = f"moving: {move.reason}"
         job.updated_at = now
@@ -409,11 +718,8 @@ class JobController:
             job = s.get(Job, job_id)
             if job is None or job.state is not JobState.HELD:
                 return
-            rule = rules.get(job.held_budget or "")
-            if rule is not None and rule.hard:
-                same_window = budgets.window_start(rule.window, now) == job.held_window_start
-                if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
-                    return
+            if not self._hold_ends(job, now, rules):
+                return
             job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
             job.reason = f"budget '{job.held_budget}' has a new window or limit"
             job.held_budget = job.held_window_start = job.held_limit_usd = None
@@ -421,10 +727,22 @@ class JobController:
             s.add(job)
             emit(s, now, "released", job.reason, job_id=job.id)
 
+    def _hold_ends(
+        self, job: Job, now: datetime, rules: dict[str, budgets.BudgetRule] | None = None
+    ) -> bool:
+        """Whether the budget that holds `job` has a new window or limit (or is gone)."""
+        if rules is None:
+            rules = {r.name: r for r in self._config().budget_rules()}
+        rule = rules.get(job.held_budget or "")
+        if rule is not None and rule.hard:
+            same_window = budgets.window_start(rule.window, now) == job.held_window_start
+            if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
+                return False
+        return True
+
     # -- placement ---------------------------------------------------------------------------
     def _context(
         self,
-        s: Session,
         job: Job,
         spec: JobSpec,
         facts: PassFacts,
@@ -432,16 +750,6 @@ class JobController:
         with_budget: bool = True,
     ) -> PlacementContext:
         cfg = self._config()
-        recent = now - cfg.daemon.avoid_after_interrupt
-        avoid = {
-            pool
-            for pool, ended in s.exec(
-                select(Attempt.pool, Attempt.ended_at).where(
-                    Attempt.job_id == job.id, Attempt.end_reason == AttemptEnd.INTERRUPTED
-                )
-            ).all()
-            if ended is not None and ended > recent
-        }
         affordable, budget_name = None, ""
         if with_budget:
             affordable, budget_name = budgets.max_affordable_price(
@@ -453,7 +761,7 @@ class JobController:
         return PlacementContext(
             now=now,
             unavailable=facts.unavailable,
-            avoid_pools=frozenset(avoid),
+            avoid_pools=facts.avoid.get(job.id, frozenset()),
             max_affordable_price=affordable,
             budget_name=budget_name,
             remaining_gpu_hours=remaining or None,
@@ -464,70 +772,27 @@ class JobController:
             gang_capacity=facts.gang_capacity,
         )
 
-    def _place(self, job: Job, facts: PassFacts, now: datetime) -> str | None:
+    def _place(self, job: Job, facts: PassFacts, now: datetime, writes: _Writes) -> None:
+        """Decide where `job` goes (pure); the intent is written with the pass's batch."""
         spec = JobSpec.model_validate_json(job.spec_json)
-        req = Requirements.from_spec(spec)
-        with self.db.read() as s:
-            ctx = self._context(s, job, spec, facts, now)
+        req = facts.requirements(spec)
+        ctx = self._context(job, spec, facts, now)
         if job.deadline is not None and spec.gpu_hours:
             with self.db.write() as s:
                 advice = self._advise(
-                    s,
-                    self._planner(),
-                    now,
-                    _deadline_job(job, spec),
-                    req,
-                    self.catalog.catalog,
-                    ctx,
+                    s, self._planner(), now, _deadline_job(job, spec), req, facts.catalog, ctx
                 )
             if advice.context is None:
-                self._explain(job.id, advice.reason, now)
-                return None
+                self._explain(job, advice.reason, now, writes)
+                return
             ctx = advice.context
-        decision = place(req, self.catalog.catalog, ctx)
+        decision = place(req, facts.catalog, ctx, facts.memo)
         if decision.offering is None:
-            self._explain(job.id, decision.reason, now)
-            return None
+            self._explain(job, decision.reason, now, writes)
+            return
         o = decision.offering
-        with self.db.write() as s:
-            fresh = s.get(Job, job.id)
-            if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
-                return None
-            if s.exec(
-                select(Attempt.id).where(Attempt.job_id == job.id, col(Attempt.state).in_(LIVE))
-            ).first():
-                return None
-            number = fresh.attempts + 1
-            attempt_id = f"{fresh.id}-a{number}"
-            s.add(
-                Attempt(
-                    id=attempt_id,
-                    job_id=fresh.id,
-                    number=number,
-                    token=f"{self._config().daemon.owner}-{attempt_id}",
-                    provider=self.catalog.provider_of_pool.get(o.pool, o.cloud),
-                    cloud=o.cloud,
-                    region=o.region,
-                    zone=o.zone,
-                    instance_type=o.instance_type,
-                    market=o.market.value,
-                    pool=o.pool,
-                    price_per_hour=o.price_per_hour,
-                    billed_price=o.price_per_hour,
-                    gpu_count=o.gpu_count,
-                    nodes=decision.nodes,
-                    created_at=now,
-                )
-            )
-            fresh.attempts = number
-            fresh.state = JobState.LAUNCHING
-            gang = f"{decision.nodes} x " if decision.nodes > 1 else ""
-            fresh.reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
-            if decision.nodes < req.nodes:
-                fresh.reason += f" ({decision.reason})"
-            fresh.updated_at = now
-            s.add(fresh)
-            emit(s, now, "launching", fresh.reason, job_id=fresh.id, attempt_id=attempt_id)
+        shrunk = decision.reason if decision.nodes < req.nodes else ""
+        writes.intents.append(_Intent(job.id, o, now, decision.nodes, shrunk))
         # The next job in this pass sees the smaller headroom (the launch reserves its burn,
         # N x the price for a gang).
         facts.statuses = [
@@ -536,16 +801,12 @@ class JobController:
             else st
             for st in facts.statuses
         ]
-        return attempt_id
 
-    def _explain(self, job_id: str, reason: str, now: datetime) -> None:
+    @staticmethod
+    def _explain(job: Job, reason: str, now: datetime, writes: _Writes) -> None:
         """Record why a job waits (once per distinct reason, not every pass)."""
-        with self.db.write() as s:
-            job = s.get(Job, job_id)
-            if job is not None and job.reason != reason:
-                job.reason, job.updated_at = reason, now
-                s.add(job)
-                emit(s, now, "waiting", reason, job_id=job_id)
+        if job.reason != reason:
+            writes.explains.append((job.id, reason, now))
 
     def _step_failed(self, job_id: str, e: Exception) -> None:
         now = self.clock.now()
@@ -584,3 +845,9 @@ def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
     return DeadlineJob(
         job.id, job.created_at, job.deadline, spec.gpu_hours / per_instance, progress
     )
+
+
+def _follows_prices(spec: JobSpec, a: Attempt) -> bool:
+    """A gang moves only when the cloud or its policy moves it: a price move would restart
+    every node for a per-node saving."""
+    return spec.migrate != "never" and a.nodes == 1

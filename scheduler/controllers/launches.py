@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+import sqlalchemy as sa
 from sqlmodel import Session, col, select
 
 from providers.base import (
@@ -31,7 +33,7 @@ from providers.base import (
     Offering,
     Provider,
 )
-from scheduler.audit import emit
+from scheduler.audit import emit, emit_many, event
 from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import (
@@ -51,6 +53,7 @@ from scheduler.controllers.gang import (
     mark_gang_capacity,
     record_nodes,
 )
+from scheduler.controllers.rows import chunks, load_by_id, table_of
 from scheduler.controllers.spend import request_stop
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import gang_shortfall
@@ -140,7 +143,14 @@ class LaunchController:
             ready.append((a, job, provider))
         claim_errors = self._claim(ready)
         requests: dict[str, tuple[str, LaunchRequest]] = {}
+        offers: dict[str, Offering | None] = {}  # pool -> offering, looked up once per call
         with self.db.write() as s:
+            # In the session at once (and held: its identity map is weak), so each s.get below
+            # is a lookup, not a query and an autoflush.
+            held = load_by_id(s, Attempt, [x[0] for x in failed] + list(claim_errors))
+            stamped = _stamp_launch_requested(
+                s, [a.id for a, _, _ in ready if a.id not in claim_errors], now
+            )
             for attempt_id, end, why in failed:
                 self._fail_in(s, attempt_id, end, why, now)
             for a, job, provider in ready:
@@ -168,17 +178,11 @@ class LaunchController:
                         level="warning",
                     )
                     continue
-                fresh = s.get(Attempt, a.id)
-                if (
-                    fresh is None
-                    or fresh.state is not AttemptState.LAUNCHING
-                    or fresh.stop_requested_at
-                ):
+                if a.id not in stamped:  # ended or asked to stop since the read
                     out.append(LaunchOutcome(a.id, launched=False))
                     continue
-                fresh.launch_requested_at = now
-                s.add(fresh)
-                requests[a.id] = (a.provider, self._request(job, a, provider))
+                requests[a.id] = (a.provider, self._request(job, a, provider, offers))
+            del held
         if not requests:
             return out
         self.step("after_claim")
@@ -190,8 +194,15 @@ class LaunchController:
         )
         self.step("after_launch")
         with self.db.write() as s:
+            held = load_by_id(s, Attempt, list(results))
+            jobs = load_by_id(s, Job, [a.job_id for a in held.values()])
+            events: list[dict[str, Any]] = []
             for attempt_id, r in results.items():
-                out.append(self._record_in(s, attempt_id, r.value, r.error, self.clock.now()))
+                out.append(
+                    self._record_in(s, attempt_id, r.value, r.error, self.clock.now(), events)
+                )
+            emit_many(s, events)
+            del held, jobs
         self.step("after_record")
         return out
 
@@ -199,24 +210,39 @@ class LaunchController:
         """Write owner.json for each attempt (store I/O, concurrently); errors by attempt."""
         from concurrent.futures import ThreadPoolExecutor
 
+        many = len(ready) > 1
+
         def one(item: tuple[Attempt, Job, Provider]) -> tuple[str, Exception | None]:
             a, job, _ = item
             try:
-                self.stores.claim(job.checkpoint_uri, a.number, a.id, job.id)
+                # Many claims: each unsynced, then one sync below (an fsync costs as much
+                # CPU as the rest of a launch).
+                self.stores.claim(job.checkpoint_uri, a.number, a.id, job.id, sync=not many)
             except StoreError as e:
                 return a.id, e
             return a.id, None
 
-        if len(ready) <= 1:
+        if not many:
             results = [one(x) for x in ready]
         else:
             with ThreadPoolExecutor(max_workers=min(8, len(ready))) as pool:
                 results = list(pool.map(one, ready))
+            if any(_is_local(job.checkpoint_uri) for _, job, _ in ready):
+                self.stores.sync_local()  # every fence is durable before any cloud call
         return {aid: e for aid, e in results if e is not None}
 
-    def _request(self, job: Job, a: Attempt, provider: Provider) -> LaunchRequest:
+    def _request(
+        self,
+        job: Job,
+        a: Attempt,
+        provider: Provider,
+        offers: dict[str, Offering | None] | None = None,
+    ) -> LaunchRequest:
         spec = JobSpec.model_validate_json(job.spec_json)
-        o = self.catalog.catalog.offering_for_pool(a.pool) or Offering(
+        offers = {} if offers is None else offers
+        if a.pool not in offers:
+            offers[a.pool] = self.catalog.catalog.offering_for_pool(a.pool)
+        o = offers[a.pool] or Offering(
             a.cloud,
             a.region,
             a.zone,
@@ -279,7 +305,10 @@ class LaunchController:
         instances: list[Instance] | None,
         error: Exception | None,
         now: datetime,
+        events: list[dict[str, Any]] | None = None,
     ) -> LaunchOutcome:
+        """Record one launch's result. `events`, when given, collects the "launched" event
+        for one INSERT with the rest of the batch (the caller writes it in this session)."""
         cfg = self._config().daemon
         a = s.get(Attempt, attempt_id)
         if a is None or a.state is AttemptState.ENDED:
@@ -290,7 +319,8 @@ class LaunchController:
             return self._gang_failed(s, a, error, now)
         if error is None and instances:
             inst = instances[0]
-            record_nodes(s, a, [inst], now)
+            with s.no_autoflush:  # its query never needs this batch's pending rows; a
+                record_nodes(s, a, [inst], now)  # flush per attempt would cost more
             a.instance_id = inst.id
             a.instance_scope = inst.scope
             a.region = inst.region or a.region
@@ -301,14 +331,11 @@ class LaunchController:
             s.add(a)
             if a.state is AttemptState.RUNNING and a.stop_requested_at is None:
                 job_running(s, a.job_id, a.pool, a.price_per_hour, now)
-            emit(
-                s,
-                now,
-                "launched",
-                f"{inst.id} on {a.pool} ({a.market})",
-                job_id=a.job_id,
-                attempt_id=a.id,
-            )
+            what = f"{inst.id} on {a.pool} ({a.market})"
+            if events is None:
+                emit(s, now, "launched", what, job_id=a.job_id, attempt_id=a.id)
+            else:
+                events.append(event(now, "launched", what, job_id=a.job_id, attempt_id=a.id))
             return LaunchOutcome(attempt_id, launched=True)
         if error is None:
             error = FatalError("the provider returned no instance")
@@ -492,6 +519,29 @@ class LaunchController:
                 continue
             left.append(a.id)
         return left
+
+
+def _stamp_launch_requested(s: Session, attempt_ids: list[str], now: datetime) -> set[str]:
+    """Set launch_requested_at on those still LAUNCHING and not asked to stop (re-checked
+    in this transaction); returns their ids. One UPDATE per chunk, not a load per row."""
+    t = table_of(Attempt)
+    ok = (t.c.state == AttemptState.LAUNCHING) & t.c.stop_requested_at.is_(None)
+    out: set[str] = set()
+    for chunk in chunks(attempt_ids):
+        q = sa.update(t).where(t.c.id.in_(chunk), ok).values(launch_requested_at=now)
+        if s.get_bind().dialect.update_returning:
+            out.update(s.execute(q.returning(t.c.id)).scalars())
+        else:  # no UPDATE ... RETURNING: read which qualify under the same lock, then write
+            out.update(s.execute(sa.select(t.c.id).where(t.c.id.in_(chunk), ok)).scalars())
+            s.execute(q)
+    return out
+
+
+def _is_local(uri: str) -> bool:
+    try:
+        return contract.parse_uri(uri).is_local
+    except ValueError:
+        return False  # its claim failed and says why
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:

@@ -13,7 +13,7 @@ burn (what budgets reserve) is N x the price.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -108,6 +108,7 @@ class SpendController:
             )
         ).all()
         job_delta: dict[str, float] = {}
+        buckets = _buckets_since(s, rows)
         nodes = nodes_of(s, [a.id for a, _, _ in rows]) if rows else {}
         for a, job_name, team in rows:
             assert a.started_at is not None
@@ -131,7 +132,7 @@ class SpendController:
             if end != start:
                 incs = split_by_hour(start, end, price)
                 for inc in incs:
-                    self._add_bucket(s, inc, a, job_name, team)
+                    self._add_bucket(s, inc, a, job_name, team, buckets)
                 delta = sum(i.usd for i in incs)
                 a.cost_usd = round(a.cost_usd + delta, 9)
                 a.accrued_until = end
@@ -145,9 +146,14 @@ class SpendController:
             s.add(a)
             if delta:
                 job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
-        for job_id, delta in job_delta.items():
-            s.exec(
-                sa.update(Job).where(Job.id == job_id).values(cost_usd=Job.cost_usd + delta)  # type: ignore[arg-type]
+        if job_delta:
+            # One executemany; the session holds no Job objects to keep in step.
+            jobs: sa.Table = Job.__table__  # type: ignore[attr-defined]
+            s.execute(
+                sa.update(jobs)
+                .where(jobs.c.id == sa.bindparam("job"))
+                .values(cost_usd=jobs.c.cost_usd + sa.bindparam("delta")),
+                [{"job": job_id, "delta": delta} for job_id, delta in job_delta.items()],
             )
 
     def _accrue_gang(
@@ -182,10 +188,24 @@ class SpendController:
         return total
 
     @staticmethod
-    def _add_bucket(s: Session, inc: Increment, a: Attempt, job_name: str, team: str) -> None:
-        row = s.exec(
-            select(SpendBucket).where(SpendBucket.hour == inc.hour, SpendBucket.attempt_id == a.id)
-        ).first()
+    def _add_bucket(
+        s: Session,
+        inc: Increment,
+        a: Attempt,
+        job_name: str,
+        team: str,
+        buckets: dict[tuple[datetime, str], SpendBucket] | None = None,
+    ) -> None:
+        """Add to the attempt's bucket for that hour. `buckets` (from `_buckets_since`) saves
+        a query, and the autoflush before it, per bucket."""
+        if buckets is None:
+            row = s.exec(
+                select(SpendBucket).where(
+                    SpendBucket.hour == inc.hour, SpendBucket.attempt_id == a.id
+                )
+            ).first()
+        else:
+            row = buckets.get((inc.hour, a.id))
         if row is None:
             row = SpendBucket(
                 hour=inc.hour,
@@ -197,6 +217,8 @@ class SpendController:
             )
         row.usd += inc.usd
         s.add(row)
+        if buckets is not None:
+            buckets[(inc.hour, a.id)] = row
 
     # -- budgets -----------------------------------------------------------------------------
     def statuses(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
@@ -329,6 +351,34 @@ class SpendController:
                 attempt_id=a.id,
                 level="warning",
             )
+
+
+def _buckets_since(
+    s: Session, rows: Sequence[tuple[Attempt, str, str]]
+) -> dict[tuple[datetime, str], SpendBucket]:
+    """The existing buckets this accrual may add to (each attempt's, from the hour it was
+    last accrued, or the earlier end a refund goes back to), a chunk of attempts per query,
+    by (hour, attempt id)."""
+    since: datetime | None = None
+    for a, _, _ in rows:
+        start = a.accrued_until or a.started_at
+        if start is not None and a.ended_at is not None:
+            start = min(start, a.ended_at)
+        if start is not None and (since is None or start < since):
+            since = start
+    out: dict[tuple[datetime, str], SpendBucket] = {}
+    if since is None:
+        return out
+    since = since.replace(minute=0, second=0, microsecond=0)
+    ids = [a.id for a, _, _ in rows]
+    for i in range(0, len(ids), 500):
+        for b in s.exec(
+            select(SpendBucket).where(
+                col(SpendBucket.attempt_id).in_(ids[i : i + 500]), SpendBucket.hour >= since
+            )
+        ).all():
+            out[(b.hour, b.attempt_id)] = b
+    return out
 
 
 def request_stop(s: Session, a: Attempt, reason: str, now: datetime) -> None:

@@ -19,14 +19,22 @@ restart, never wait without time to launch on-demand at the next decision.
 Guards applied last (scheduler.policy.safety): a zone priced above on-demand counts as
 unavailable (with hysteresis), and the regret hedge turns any spot tick whose worst case
 could push the job past (1 + HEDGE_MARGIN) x all-on-demand into on-demand.
+An optional arbiter (ARBITER, off): where greedy or UP would do a different kind of thing,
+Monte Carlo rollouts on the learned model (scheduler.policy.rollout) pick whose action to
+take. Every variant tried cost more than the rule alone on the train split, so it is off.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+import numpy as np
+
+from . import rollout
 from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, ActionKind, Observation, Policy
+from .basic import GreedyPolicy
 from .learning import AvailabilityModel
 from .safety import (
     can_leave_on_demand,
@@ -36,6 +44,7 @@ from .safety import (
     price_filtered,
     spot_is_safe,
 )
+from .uniform_progress import UniformProgressPolicy
 
 # Keep at least this share of the initial slack in proportion to the work still to do, so
 # outages early in a job cannot eat the slack later restarts need (UP keeps all of it).
@@ -47,6 +56,15 @@ RESTART_RESERVE = 0.25
 # large slack, pacing alone sent jobs to on-demand during outages they could wait out
 # (train split: cap 2 / 4 / none summed +48.9 / +48.4 / +46.5 score points over the grid).
 PACE_CAP = 2.0
+# Rollout verdicts are recomputed at most once per this many hours of the job for the same
+# set of competing actions (a speed knob: the daemon's decision must stay cheap).
+EVAL_HOURS = 1.0
+# Off: on the train split every arbiter variant tried cost more than the rule alone (see
+# README, Sweep); kept for the daemon-free experiments in tests/replay/test_rollout.py.
+ARBITER = False
+# Another candidate must beat our own rule by this many restarts' worth of on-demand to be
+# followed (Monte Carlo noise and the model's own errors are of the order of one restart).
+ROLLOUT_MARGIN = 1.0
 
 
 class SpotwisePolicy(Policy):
@@ -56,9 +74,15 @@ class SpotwisePolicy(Policy):
         self.model = model or AvailabilityModel()
         self._shared = model is not None
         self._ledger = 0.0  # own spend estimate, used when observations carry no `spent`
+        self._others = (GreedyPolicy(), UniformProgressPolicy())  # stateless
+        # (actions compared, hour bucket) -> winning candidate: a cache only (recomputed
+        # after a restart from the restored model), so it need not be persisted
+        self._verdicts: dict[tuple[tuple[str, ...], int], int] = {}
+        self.rollouts = 0  # how many Monte Carlo evaluations ran (for the benchmark)
 
     def reset(self) -> None:
         self._ledger = 0.0
+        self._verdicts.clear()
         if not self._shared:
             self.model = AvailabilityModel()
 
@@ -79,8 +103,7 @@ class SpotwisePolicy(Policy):
     def _rate_cost(self, obs: Observation, zone: str) -> float:
         """$ per hour of work on `zone`, counting restarts its interruptions will cause."""
         lam, _ = self.model.rates(zone)
-        price = obs.spot_price[zone]
-        return price * (1.0 + lam * obs.expected_loss_per_interruption)
+        return obs.spot_price[zone] * (1.0 + lam * obs.expected_loss_per_interruption)
 
     def _launch_cost(self, obs: Observation, zone: str) -> float:
         return obs.restart_overhead * obs.spot_price[zone] + obs.migration_cost.get(zone, 0.0)
@@ -98,17 +121,20 @@ class SpotwisePolicy(Policy):
         return 1.0 + min(1.0, p_none * len(obs.spot_price)) if obs.spot_price else 2.0
 
     def _reserve(self, obs: Observation) -> float:
+        return obs.tick_hours + obs.restart_overhead + self._reserve_slope(obs) * obs.remaining_work
+
+    def _reserve_slope(self, obs: Observation) -> float:
+        """Hours of reserve per hour of work left (above one tick and one restart): every
+        term of the reserve is proportional to the work left."""
         zones = list(obs.spot_price)
         if not zones:
-            return obs.tick_hours
+            return -obs.restart_overhead / max(obs.remaining_work, EPS)
         best = min(zones, key=lambda z: self._rate_cost(obs, z))
         lam, _ = self.model.rates(best)
-        n_int = lam * obs.remaining_work
-        restarts = obs.expected_loss_per_interruption * self._fallback_factor(obs) * n_int
+        restarts = obs.expected_loss_per_interruption * self._fallback_factor(obs) * lam
         initial = obs.deadline - obs.work_total - obs.restart_overhead
-        pace = PACE * initial * obs.remaining_work / obs.work_total
-        pace = min(pace, PACE_CAP * restarts)
-        return obs.tick_hours + obs.restart_overhead + max(RESTART_RESERVE * restarts, pace)
+        pace = min(PACE * initial / obs.work_total, PACE_CAP * restarts)
+        return max(RESTART_RESERVE * restarts, pace)
 
     # ---- decision --------------------------------------------------------------------
 
@@ -121,6 +147,8 @@ class SpotwisePolicy(Policy):
             obs = replace(obs, placement=None, remaining_overhead=0.0)
         spent = obs.spent if obs.spent is not None else self._ledger
         act = self._choose(obs)
+        if ARBITER:
+            act = self._arbitrate(obs, act)
         if act.kind is ActionKind.SPOT and not hedge_allows_spot(obs, act.zone or "", spent):
             # the hedge: on-demand from here on (regret stays flat on on-demand)
             act = SPOT(act.zone or "") if obs.slack_if_launch < -EPS and obs.on_spot else ON_DEMAND
@@ -134,6 +162,33 @@ class SpotwisePolicy(Policy):
             price = obs.on_demand_price if act.kind is ActionKind.ON_DEMAND else 0.0
         self._ledger += price * obs.tick_hours
         return act
+
+    def _arbitrate(self, obs: Observation, own: Action) -> Action:
+        """Our rule's action, unless greedy or UP would do a different kind of thing now and
+        the rollouts (scheduler.policy.rollout) expect following that one to cost less."""
+        first = [own, *(p.decide(obs) for p in self._others)]
+        if len({a.kind for a in first}) == 1 or not obs.spot_price:
+            return own
+        key = (tuple(str(a) for a in first), math.floor(obs.elapsed / EVAL_HOURS + EPS))
+        won = self._verdicts.get(key)
+        if won is None:
+            costs = rollout.expected_costs(obs, self._rollout_model(obs), first)
+            self.rollouts += 1
+            won = int(np.argmin(costs))
+            if costs[won] > costs[0] - ROLLOUT_MARGIN * obs.on_demand_price * obs.restart_overhead:
+                won = 0
+            self._verdicts[key] = won
+        return first[won]
+
+    def _rollout_model(self, obs: Observation) -> rollout.Model:
+        zones = tuple(obs.spot_price)
+        rates = np.array([self.model.rates(z) for z in zones])
+        order = sorted(range(len(zones)), key=lambda i: (self._rate_cost(obs, zones[i]), i))
+        terms = np.array([self._switch_terms(obs, z) for z in zones])
+        return rollout.Model(
+            zones, rates[:, 0], rates[:, 1], self._reserve_slope(obs), terms.T.copy(),
+            np.array(order, dtype=np.int64),
+        )  # fmt: skip
 
     def _choose(self, obs: Observation) -> Action:
         o, g, w = obs.restart_overhead, obs.tick_hours, obs.remaining_work
@@ -182,16 +237,21 @@ class SpotwisePolicy(Policy):
         ends before the work does, coming back costs another restart (on-demand unless another
         pool is likely up) and both restarts use slack.
         """
+        per_hour, spell, fixed, back = self._switch_terms(obs, zone)
+        w = obs.remaining_work
+        return per_hour * max(min(w, spell), EPS) - fixed - (back if spell < w else 0.0)
+
+    def _switch_terms(self, obs: Observation, zone: str) -> tuple[float, float, float, float]:
+        """_switch_gain as (saving per spot hour, expected spell E, fixed cost, extra cost
+        if the spell ends before the work): gain = saving x min(w, E) - fixed - [E < w] extra."""
         o, od = obs.restart_overhead, obs.on_demand_price
-        run = self._expected_run(zone, obs.remaining_work)
+        lam, _ = self.model.rates(zone)
         rate = self._rate_cost(obs, zone)
         ff = self._fallback_factor(obs)  # 1: another pool likely up, 2: back to on-demand
-        comes_back = run < obs.remaining_work
         back_price = od if ff > 1.5 else rate
-        gain = (od - rate) * run - od * o - obs.migration_cost.get(zone, 0.0)
-        if comes_back:
-            gain -= back_price * o
-        return gain - self._slack_value(obs, zone) * o * (1.0 + comes_back)
+        sv = self._slack_value(obs, zone) * o
+        fixed = od * o + obs.migration_cost.get(zone, 0.0) + sv
+        return od - rate, 1.0 / lam, fixed, back_price * o + sv
 
     def _expected_outage(self, obs: Observation) -> float:
         """Expected hours until some pool is back (the soonest, by learned return rates)."""

@@ -10,6 +10,7 @@ published protocol may fix those two anchors and average per case first (`anchor
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
@@ -24,7 +25,9 @@ from .split import ZONE_SETS_2023, Split, describe, periods
 from .trace import Trace
 
 ONLINE = ("on-demand", "greedy", "uniform-progress", "spotwise")
-ALL = (*ONLINE, "optimal")
+# spotwise with no warm-up history: a brand-new daemon's first job of a shape
+COLD = "spotwise-cold"
+ALL = (*ONLINE, COLD, "optimal")
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,12 @@ class PolicyStats:
     costs: list[float] = field(default_factory=list)
     misses: int = 0
     weights: list[float] = field(default_factory=list)  # per cost; empty = equal
+    seconds: float = 0.0  # wall time in simulate (policy decisions + the simulator's loop)
+    decisions: int = 0
+
+    @property
+    def ms_per_decision(self) -> float:
+        return 1e3 * self.seconds / self.decisions if self.decisions else math.nan
 
     @property
     def mean(self) -> float:
@@ -184,7 +193,7 @@ class SettingResult:
         for p, st in self.stats.items():
             costs = [c for c, k in zip(st.costs, sel, strict=True) if k]
             w = [x for x, k in zip(st.weights, sel, strict=True) if k] if st.weights else []
-            stats[p] = PolicyStats(costs, st.misses, w)
+            stats[p] = PolicyStats(costs, st.misses, w, st.seconds, st.decisions)
         od, sp = self.od_costs[sel], self.spot_costs[sel]
         anchors = self.setting.anchors or (
             (float(od.mean()), float(sp.mean())) if sel.any() else (math.nan, math.nan)
@@ -487,7 +496,7 @@ def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
                     f"overhead {o:g} h, deadline {k:g}x the task",
                     tuple(cases),
                     windows=describe(split),
-                    policies=ONLINE,
+                    policies=(*ONLINE, COLD),
                 )
             )
     return out
@@ -529,6 +538,8 @@ class CaseResult:
     spot_costs: list[float]
     label: str = ""
     clusters: list[str] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    decisions: dict[str, int] = field(default_factory=dict)
 
 
 def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult:
@@ -544,7 +555,14 @@ def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult
         for name in policies:
             if name == "optimal":
                 continue
-            out = simulate(win, job, get_policy(name), history=past)
+            cold = name == COLD
+            t0 = time.perf_counter()
+            out = simulate(win, job, get_policy("spotwise" if cold else name),
+                           history=None if cold else past)  # fmt: skip
+            res.seconds[name] = res.seconds.get(name, 0.0) + time.perf_counter() - t0
+            ticks = min(win.n_ticks, math.ceil(job.deadline / win.gap_hours - 1e-9),
+                        math.floor(out.finish_time / win.gap_hours - 1e-9) + 1)  # fmt: skip
+            res.decisions[name] = res.decisions.get(name, 0) + ticks
             res.costs[name].append(out.cost)
             res.misses[name] += not out.met_deadline
     if "optimal" in policies:
@@ -564,6 +582,8 @@ def collect(setting: Setting, results: list[CaseResult]) -> SettingResult:
         for p in names:
             stats[p].costs += r.costs[p]
             stats[p].misses += r.misses[p]
+            stats[p].seconds += r.seconds.get(p, 0.0)
+            stats[p].decisions += r.decisions.get(p, 0)
             if setting.mean_of_cases:
                 stats[p].weights += [1.0 / len(r.costs[p])] * len(r.costs[p])
     od_cost, spot_cost = setting.anchors or (float(np.mean(od)), float(np.mean(spot)))

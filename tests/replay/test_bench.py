@@ -17,7 +17,9 @@ def test_bench_deadline_quick_json() -> None:
     doc = json.loads(result.stdout)
     assert doc["benchmark"] == "deadline" and doc["quick"] is True
     keys = [s["setting"] for s in doc["settings"]]
-    assert keys == ["single-region", "multi-region", "skynomad-3zone", "adrs-multi", "price-spike"]
+    assert keys == [
+        "single-region", "multi-region", "skynomad-3zone", "adrs-multi", "price-spike", "gang"
+    ]  # fmt: skip
     by_key = {s["setting"]: s for s in doc["settings"]}
     # published figures only where the in-run baseline reproduces them
     sky = by_key["skynomad-3zone"]
@@ -33,7 +35,13 @@ def test_bench_deadline_quick_json() -> None:
             assert 0.0 <= r["worse_than_up_pct"] <= 100.0
         assert rows["uniform-progress"]["worse_than_up_pct"] == 0.0
         assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6
-        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise", "optimal"}
+        assert set(rows) == {
+            "on-demand", "greedy", "uniform-progress", "spotwise", "spotwise-cold", "optimal"
+        }  # fmt: skip
+        assert rows["spotwise-cold"]["deadline_misses"] == 0
+        assert rows["spotwise-cold"]["worst_vs_on_demand"] <= 1.05 + 1e-6
+        assert rows["spotwise"]["ms_per_decision"] > 0
+        assert rows["optimal"]["ms_per_decision"] is None
         assert rows["optimal"]["ratio_to_optimal"] == pytest.approx(1.0)
         if s["setting"] == "adrs-multi":  # fixed anchors 3.06 x 48, 0.9731 x 48
             assert s["all_on_demand_cost_usd"] == pytest.approx(146.88)
@@ -59,7 +67,8 @@ def test_bench_deadline_sweep_quick_json() -> None:
     ]
     for s in doc["settings"]:
         rows = {r["policy"]: r for r in s["policies"]}
-        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise"}
+        assert set(rows) == {"on-demand", "greedy", "uniform-progress", "spotwise", "spotwise-cold"}
+        assert rows["spotwise-cold"]["deadline_misses"] == 0
         assert s["runs"] == 2 and s["windows_from"].startswith("test split")
         assert rows["spotwise"]["deadline_misses"] == 0
         assert rows["spotwise"]["worst_vs_on_demand"] <= 1.05 + 1e-6

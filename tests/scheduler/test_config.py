@@ -142,7 +142,7 @@ def test_shipped_examples_validate():
     from scheduler.jobspec import load_jobspec
 
     names = {load_jobspec(p).name for p in sorted((root / "jobs").glob("*.toml"))}
-    assert names == {"llama-finetune", "tiny-trainer"}
+    assert names == {"llama-finetune", "tiny-trainer", "tiny-gang"}
 
 
 def test_submit_rejects_a_bad_job_file_clearly(tmp_path):

@@ -178,3 +178,28 @@ def test_migrate_key_accepts_only_its_values():
     assert jobspec_from_dict({**base, "migrate": "never"}).migrate == "never"
     with pytest.raises(UserError, match="migrate: Input should be 'never' or 'on-price'"):
         jobspec_from_dict({**base, "migrate": "always"})
+
+
+def test_follow_thresholds_are_config_keys(make_world):
+    """[policy] follow_min_saving / follow_min_gap replace the defaults: with a 5% bar an 11%
+    cheaper pool pulls the job (the default 20% bar keeps it: test above)."""
+    w = make_world(policy={"follow_min_saving": 0.05, "follow_min_gap": "2h"})
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    w.tick(3600)
+    _reprice(w, 0.9, b=0.8)
+    w.tick(60, n=5)
+    assert not w.events("price_move")  # ran 1 h < the 2 h gap
+    w.tick(3600)
+    w.tick(n=3)
+    assert len(w.events("price_move")) == 1
+    assert w.attempts(jid)[-1].pool == POOL_B
+
+
+def test_follow_threshold_rejects_a_negative_share():
+    from pydantic import ValidationError
+
+    from scheduler.config import PolicySettings
+
+    with pytest.raises(ValidationError, match="follow_min_saving"):
+        PolicySettings(follow_min_saving=-0.1)

@@ -297,3 +297,35 @@ def eventbridge_warning(instance_id: str, when: datetime) -> str:
             "detail": {"instance-id": instance_id, "instance-action": "terminate"},
         }
     )
+
+
+@pytest.fixture
+def placement_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
+    """moto has no placement groups: answer CreatePlacementGroup (recording it) and record
+    the GroupName each RunInstances asked for, on moto's side of the HTTP call."""
+    from moto.ec2.responses import EC2Response
+    from moto.ec2.responses.instances import InstanceResponse
+
+    seen: dict[str, list] = {"created": [], "run": []}
+    original = InstanceResponse.run_instances
+
+    def create(self: Any) -> str:
+        seen["created"].append((self._get_param("GroupName"), self._get_param("Strategy")))
+        return "<CreatePlacementGroupResponse><return>true</return></CreatePlacementGroupResponse>"
+
+    def describe(self: Any) -> str:
+        return (
+            "<DescribePlacementGroupsResponse><placementGroupSet/>"
+            "</DescribePlacementGroupsResponse>"
+        )
+
+    def run(self: Any) -> Any:
+        seen["run"].append(
+            (self._get_param("Placement.GroupName"), int(self._get_param("MinCount")))
+        )
+        return original(self)
+
+    monkeypatch.setattr(EC2Response, "create_placement_group", create, raising=False)
+    monkeypatch.setattr(EC2Response, "describe_placement_groups", describe, raising=False)
+    monkeypatch.setattr(InstanceResponse, "run_instances", run)
+    return seen

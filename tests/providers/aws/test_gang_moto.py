@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
 
@@ -24,38 +23,6 @@ def _gang(moto: str, job_id: str) -> list[dict]:
     )["Reservations"]:
         out.extend(r["Instances"])
     return out
-
-
-@pytest.fixture
-def placement_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
-    """moto has no placement groups: answer CreatePlacementGroup (recording it) and record
-    the GroupName each RunInstances asked for, on moto's side of the HTTP call."""
-    from moto.ec2.responses import EC2Response
-    from moto.ec2.responses.instances import InstanceResponse
-
-    seen: dict[str, list] = {"created": [], "run": []}
-    original = InstanceResponse.run_instances
-
-    def create(self: Any) -> str:
-        seen["created"].append((self._get_param("GroupName"), self._get_param("Strategy")))
-        return "<CreatePlacementGroupResponse><return>true</return></CreatePlacementGroupResponse>"
-
-    def describe(self: Any) -> str:
-        return (
-            "<DescribePlacementGroupsResponse><placementGroupSet/>"
-            "</DescribePlacementGroupsResponse>"
-        )
-
-    def run(self: Any) -> Any:
-        seen["run"].append(
-            (self._get_param("Placement.GroupName"), int(self._get_param("MinCount")))
-        )
-        return original(self)
-
-    monkeypatch.setattr(EC2Response, "create_placement_group", create, raising=False)
-    monkeypatch.setattr(EC2Response, "describe_placement_groups", describe, raising=False)
-    monkeypatch.setattr(InstanceResponse, "run_instances", run)
-    return seen
 
 
 def test_a_gang_launches_into_a_placement_group_and_recovers_from_a_node_loss(

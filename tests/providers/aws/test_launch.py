@@ -233,7 +233,9 @@ def test_invalid_env_name_oversize_or_empty_command_is_rejected(make_provider, m
     assert all_instances(moto) == []
 
 
-def test_a_gang_is_one_request_all_or_nothing_with_node_tags(make_provider, moto, session):
+def test_a_gang_is_one_request_all_or_nothing_with_node_tags(
+    make_provider, moto, session, placement_groups
+):
     sent = capture(session, "RunInstances")
     p = make_provider(prices=False)
     req = launch_request(token="job-2.attempt-1", count=3, placement_group="spotwise-pg")
@@ -254,7 +256,7 @@ def test_a_gang_is_one_request_all_or_nothing_with_node_tags(make_provider, moto
     assert [i.node for i in p.describe([i.ref for i in gang])] == [0, 1, 2]
 
 
-def test_a_gang_without_capacity_launches_nothing(make_provider, moto, session):
+def test_a_gang_without_capacity_launches_nothing(make_provider, moto, session, placement_groups):
     fail_times(session, "RunInstances", "InsufficientInstanceCapacity", times=99, status=500)
     req = launch_request(count=4, placement_group="spotwise-pg")
     with pytest.raises(CapacityUnavailable) as exc:
