@@ -66,14 +66,20 @@ def node_refs(rows: Iterable[AttemptInstance], live_only: bool = True) -> list[R
 
 
 def record_nodes(
-    s: Session, a: Attempt, instances: Sequence[Instance], now: datetime
+    s: Session,
+    a: Attempt,
+    instances: Sequence[Instance],
+    now: datetime,
+    known: Sequence[AttemptInstance] | None = None,
 ) -> list[AttemptInstance]:
     """Upsert one row per instance the cloud reported for `a` (node from the instance),
-    mirroring node 0 onto the Attempt; returns the attempt's rows in node order."""
-    have = {
-        r.node: r
-        for r in s.exec(select(AttemptInstance).where(AttemptInstance.attempt_id == a.id)).all()
-    }
+    mirroring node 0 onto the Attempt; returns the attempt's rows in node order.
+
+    `known`: the attempt's rows when the caller read a whole batch's at once (`nodes_of`),
+    so recording a pass of launches is one query, not one per attempt."""
+    if known is None:
+        known = s.exec(select(AttemptInstance).where(AttemptInstance.attempt_id == a.id)).all()
+    have = {r.node: r for r in known}
     for inst in instances:
         node = inst.node if a.nodes > 1 else 0
         row = have.get(node) or AttemptInstance(

@@ -51,13 +51,14 @@ from scheduler.controllers.gang import (
     GangShortfall,
     launching_gang,
     mark_gang_capacity,
+    nodes_of,
     record_nodes,
 )
 from scheduler.controllers.rows import chunks, load_by_id, table_of
 from scheduler.controllers.spend import request_stop
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import gang_shortfall
-from scheduler.models import Attempt, AttemptEnd, AttemptState, Job
+from scheduler.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job
 from scheduler.store import CheckpointStores, StoreError
 from trainer import contract
 
@@ -196,13 +197,16 @@ class LaunchController:
         with self.db.write() as s:
             held = load_by_id(s, Attempt, list(results))
             jobs = load_by_id(s, Job, [a.job_id for a in held.values()])
+            known = nodes_of(s, results)
             events: list[dict[str, Any]] = []
             for attempt_id, r in results.items():
                 out.append(
-                    self._record_in(s, attempt_id, r.value, r.error, self.clock.now(), events)
+                    self._record_in(
+                        s, attempt_id, r.value, r.error, self.clock.now(), events, known
+                    )
                 )
             emit_many(s, events)
-            del held, jobs
+            del held, jobs, known
         self.step("after_record")
         return out
 
@@ -306,21 +310,24 @@ class LaunchController:
         error: Exception | None,
         now: datetime,
         events: list[dict[str, Any]] | None = None,
+        known: dict[str, list[AttemptInstance]] | None = None,
     ) -> LaunchOutcome:
         """Record one launch's result. `events`, when given, collects the "launched" event
-        for one INSERT with the rest of the batch (the caller writes it in this session)."""
+        for one INSERT with the rest of the batch (the caller writes it in this session);
+        `known`, the batch's node rows read at once."""
         cfg = self._config().daemon
         a = s.get(Attempt, attempt_id)
         if a is None or a.state is AttemptState.ENDED:
             return LaunchOutcome(attempt_id, launched=False)
         if error is None and instances and a.nodes > 1:
-            return self._record_gang(s, a, instances, now)
+            return self._record_gang(s, a, instances, now, known)
         if isinstance(error, GangShortfall):
             return self._gang_failed(s, a, error, now)
         if error is None and instances:
             inst = instances[0]
+            rows = None if known is None else known.get(attempt_id, [])
             with s.no_autoflush:  # its query never needs this batch's pending rows; a
-                record_nodes(s, a, [inst], now)  # flush per attempt would cost more
+                record_nodes(s, a, [inst], now, rows)  # flush per attempt would cost more
             a.instance_id = inst.id
             a.instance_scope = inst.scope
             a.region = inst.region or a.region
@@ -362,10 +369,15 @@ class LaunchController:
         return LaunchOutcome(attempt_id, launched=True)
 
     def _record_gang(
-        self, s: Session, a: Attempt, instances: list[Instance], now: datetime
+        self,
+        s: Session,
+        a: Attempt,
+        instances: list[Instance],
+        now: datetime,
+        known: dict[str, list[AttemptInstance]] | None = None,
     ) -> LaunchOutcome:
         """The gang's instances, one row each; it runs when all N run (observe follows)."""
-        rows = record_nodes(s, a, instances, now)
+        rows = record_nodes(s, a, instances, now, None if known is None else known.get(a.id, []))
         emit(
             s,
             now,
