@@ -170,11 +170,12 @@ def load(
             BucketFact(b.hour, b.attempt_id, b.job_id, b.job_name, b.team, b.cloud, b.usd)
             for b in s.exec(bq.order_by(col(SpendBucket.hour))).all()
         ]
-        job_ids = {a.job_id for a in facts.attempts}
-        for jid, spec_json in s.exec(
-            select(Job.id, Job.spec_json).where(col(Job.id).in_(job_ids))
-        ).all():
-            facts.specs[jid] = _spec(spec_json)
+        job_ids = sorted({a.job_id for a in facts.attempts})
+        for k in range(0, len(job_ids), 500):  # bound the IN list (driver parameter limits)
+            for jid, spec_json in s.exec(
+                select(Job.id, Job.spec_json).where(col(Job.id).in_(job_ids[k : k + 500]))
+            ).all():
+                facts.specs[jid] = _spec(spec_json)
         spot_pools = sorted({a.pool for a in facts.attempts if a.market == Market.SPOT.value})
         for pool in spot_pools:
             facts.prices[pool] = _price_history(s, pool, w)

@@ -189,7 +189,7 @@ class Clouds:
             if name not in self.providers:
                 out[key] = Result(error=ProviderError(f"provider {name} is not configured"))
                 continue
-            futures[key] = self.submit(name, fn)
+            futures[key] = self.submit(name, self._fenced(fn))
         start = _monotonic()
         for key, fut in futures.items():
             left = max(0.0, self.timeout - (_monotonic() - start))
@@ -205,6 +205,19 @@ class Clouds:
             except Exception as e:  # an adapter bug must not take the daemon down
                 out[key] = Result(error=e)
         return out
+
+    def _fenced(self, fn: Callable[[Provider], T]) -> Callable[[Provider], T]:
+        """The lease is checked again when the call leaves the queue: a call can wait up to
+        the call deadline behind slow ones, longer than the lease may still be ours."""
+        fence = self.fence
+        if fence is None:
+            return fn
+
+        def call(provider: Provider) -> T:
+            fence.guard()
+            return fn(provider)
+
+        return call
 
     def shutdown(self) -> None:
         for pool in self._pools.values():

@@ -15,13 +15,8 @@ from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import LIVE, Clouds, Db, safe_message, terminating
 from scheduler.controllers.gang import node_refs, nodes_of, record_nodes
+from scheduler.lifecycle import STOP_ENDS
 from scheduler.models import Attempt, AttemptEnd, AttemptState
-
-_NEVER_STARTED = {
-    "budget": AttemptEnd.BUDGET,
-    "policy": AttemptEnd.MIGRATED,
-    "price": AttemptEnd.MIGRATED,
-}
 
 
 class StopController:
@@ -48,7 +43,7 @@ class StopController:
             nodes = nodes_of(s, gangs) if gangs else {}
         terminate: dict[str, tuple[str, Callable]] = {}
         for a in stopping:
-            if a.instance_id is not None or nodes.get(a.id):
+            if a.instance_id is not None:
                 if a.terminate_sent_at is None or now - a.terminate_sent_at >= grace:
                     refs = node_refs(nodes.get(a.id, []))
                     if a.nodes <= 1 and a.instance_id is not None:
@@ -60,10 +55,12 @@ class StopController:
                     if refs:
                         terminate[a.id] = (a.provider, terminating(refs))
                 continue
-            if a.launch_requested_at is None:
+            if a.launch_requested_at is None and not nodes.get(a.id):
                 self._end_unlaunched(a.id, now)  # the cloud was never asked: nothing to stop
                 continue
-            # The cloud was asked and we never heard back: stop what it may have started.
+            # The cloud was asked and we never heard back (or, for a gang, heard of some nodes
+            # but not node 0): stop and adopt everything started under the token, so each node
+            # is observed to its end and billed until then.
             terminate[a.id] = (a.provider, lambda p, a=a: _terminate_token(p, a.token, a.region))
         if not terminate:
             return
@@ -105,7 +102,7 @@ class StopController:
                             a.started_at = a.accrued_until = min(inst.launched_at, now)
                     elif now - a.launch_requested_at > delay_of(a.provider):  # type: ignore[operator]
                         a.state, a.ended_at = AttemptState.ENDED, now
-                        a.end_reason = _NEVER_STARTED.get(a.stop_reason or "", AttemptEnd.CANCELLED)
+                        a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
                         a.detail = "stopped before its launch was recorded"
                 if first:
                     emit(
@@ -123,7 +120,7 @@ class StopController:
             if a is None or a.state is AttemptState.ENDED or a.launch_requested_at is not None:
                 return
             a.state, a.ended_at = AttemptState.ENDED, now
-            a.end_reason = _NEVER_STARTED.get(a.stop_reason or "", AttemptEnd.CANCELLED)
+            a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
             s.add(a)
 
 

@@ -455,3 +455,43 @@ def test_the_store_fence_only_moves_forward(tmp_path: Path) -> None:
     stores.claim(uri, 2, "a-2", "j-1")  # the same claim again (a retried pass) is fine
     stores.claim(uri, 1, "b-1", "j-2")  # another job reusing the path
     assert contract.owner_attempt(stores.read(uri, contract.OWNER)) == 1
+
+
+def test_a_call_queued_past_the_lease_is_never_made() -> None:
+    """The lease is checked when each call leaves its provider's queue, not only when the
+    batch starts: a call stuck behind slow ones must not run once a standby took over."""
+    from scheduler.controllers.base import Clouds
+    from scheduler.ownership import LeaseLost
+
+    class Lease:
+        valid = True
+
+        def check(self, s: Session) -> None:  # pragma: no cover - no writes here
+            pass
+
+        def guard(self) -> None:
+            if not self.valid:
+                raise LeaseLost("the lease was taken over")
+
+    lease, release, ran = Lease(), threading.Event(), []
+
+    def slow(_p):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        return "slow"
+
+    def queued(_p):  # type: ignore[no-untyped-def]
+        ran.append(True)
+        return "launched"
+
+    cloud = FakeCloud([offering("us-east-1a")])
+    clouds = Clouds({"fake": cloud}, timedelta(seconds=20), lease)
+    calls = {f"busy{i}": ("fake", slow) for i in range(4)} | {"launch": ("fake", queued)}
+    timer = threading.Timer(0.3, lambda: (setattr(lease, "valid", False), release.set()))
+    timer.start()
+    try:
+        out = clouds.gather(calls)
+    finally:
+        timer.cancel()
+        clouds.shutdown()
+    assert not ran and isinstance(out["launch"].error, LeaseLost)
+    assert all(out[f"busy{i}"].value == "slow" for i in range(4))

@@ -8,7 +8,13 @@ from dataclasses import replace
 import pytest
 from sqlmodel import Session, select
 
-from providers.base import CapacityUnavailable, EndReason, Instance, LaunchRequest
+from providers.base import (
+    CapacityUnavailable,
+    EndReason,
+    Instance,
+    LaunchRequest,
+    TransientError,
+)
 from scheduler.models import (
     Attempt,
     AttemptEnd,
@@ -284,3 +290,34 @@ def test_a_gang_runs_once_every_node_does(make_world):
     a = w.attempts(jid)[0]
     assert a.state is AttemptState.RUNNING and w.job(jid).state is JobState.RUNNING
     assert all(n.state is AttemptState.RUNNING for n in _nodes(w, a.id))
+
+
+class FlakyCleanupCloud(PartialCloud):
+    """A partial gang whose clean-up listing fails once: the launch cannot say what it left."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.fail_find = 1
+
+    def find_by_token(self, token: str, region: str) -> list[Instance]:
+        if self.fail_find:
+            self.fail_find -= 1
+            raise TransientError("fake: listing failed once")
+        return super().find_by_token(token, region)
+
+
+@pytest.mark.parametrize("started", [0, 2])
+def test_a_gang_whose_clean_up_failed_is_stopped_by_token_not_cancelled(make_world, started):
+    """Whatever the failed launch left is found by its token and terminated; the attempt ends
+    as a failed launch (never "cancelled by user"), and the job is re-placed elsewhere."""
+    w = make_world(provider=FlakyCleanupCloud([offering("us-east-1a", price=0.9),
+                                               offering("us-east-1b", price=1.1)]))  # fmt: skip
+    w.provider.short[POOL_A] = started
+    jid = w.submit(gpus="V100:1", nodes=4)
+    w.tick(n=5)
+    assert w.job(jid).state is not JobState.CANCELLED, w.job(jid).reason
+    first = w.attempts(jid)[0]
+    assert first.end_reason is AttemptEnd.LAUNCH_FAILED, (first.end_reason, first.detail)
+    assert w.attempts(jid)[-1].pool == POOL_B
+    live = _live(w)
+    assert len(live) == 4 and {i.zone for i in live} == {"us-east-1b"}  # nothing left in 1a
