@@ -945,8 +945,7 @@ def _print_report(doc: Any) -> None:
     t = Table(title=f"cost report by {by}, {span}", title_justify="left")
     extra = {"job": ["NAME", "TEAM"], "team": ["BUDGETS"], "cloud": []}[by]
     nums = ["COST", "ON-DEMAND*", "SAVINGS", "SAVED", "INTR", "HOURS", "LOST H*", "GPU-H"]
-    for c in [by.upper(), *extra, *nums]:
-        t.add_column(c, justify="right" if c in nums else "left")
+    headers = [by.upper(), *extra, *nums]
 
     def cells(r: Any, total: bool) -> list[Any]:
         lead = {
@@ -967,12 +966,24 @@ def _print_report(doc: Any) -> None:
             f"{r.gpu_hours:,.2f}",
         ]
 
-    for r in doc.rows:
-        t.add_row(*cells(r, False))
-    t.add_row(*cells(doc.total, True), style="bold")
-    out.print(t)
+    rows = [cells(r, False) for r in doc.rows] + [cells(doc.total, True)]
+    # As `status` does: drop the lower-value columns until the table fits the terminal
+    # rather than shorten every cell (-o json keeps every figure; piped output keeps all).
+    limit = _terminal_width()
+    keep = list(range(len(headers)))
+    widths = [max(len(str(x[i])) for x in [headers, *rows]) for i in keep]
+    for drop in ("GPU-H", "LOST H*", "HOURS", "INTR", "SAVINGS", "TEAM", "BUDGETS"):
+        if limit is None or sum(widths[i] + 3 for i in keep) + 1 <= limit:
+            break
+        if drop in headers:
+            keep.remove(headers.index(drop))
+    for i in keep:
+        t.add_column(headers[i], justify="right" if headers[i] in nums else "left", no_wrap=True)
+    for k, row in enumerate(rows):
+        t.add_row(*(row[i] for i in keep), style="bold" if k == len(rows) - 1 else None)
+    out.print(t, width=limit)
     for note in doc.notes:
-        out.print(Text(f"* {note}"), width=100)
+        out.print(Text(f"* {note}"), width=min(limit or 100, 100))
 
 
 @app.command()

@@ -377,3 +377,16 @@ def test_html_report_is_self_contained_and_its_plots_render(world, tmp_path):
     assert near(PRICES[0]) > 300, "the price plot did not render"
     assert near(SPOT) > 1000, "the timeline's bars did not render"
     assert near(INTERRUPTION) > 100, "the interruption markers did not render"
+
+
+def test_report_table_fits_80_columns_and_never_shortens_an_id(world, monkeypatch):
+    """At 80 columns lower-value figures are dropped, as in `status`; every job id stays
+    whole (copyable) and no line is wider than the terminal."""
+    monkeypatch.setenv("COLUMNS", "80")
+    r = runner.invoke(cli.app, ["report", "-c", str(world.config), "--by", "job"])
+    assert r.exit_code == 0, r.output
+    table = r.stdout.split("\n* ")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    rows = _report(world, "--by", "job")["rows"]
+    assert rows and all(row["job"] in table for row in rows)
+    assert "COST" in table and "…" not in table
