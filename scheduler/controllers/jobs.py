@@ -42,6 +42,7 @@ from scheduler.controllers.base import (
     safe_message,
 )
 from scheduler.controllers.rows import CHUNK, live_job_ids, load_by_id, table_of
+from scheduler.controllers.rows import chunks as id_chunks
 from scheduler.controllers.spend import SpendController, request_stop
 from scheduler.deadline import DeadlineAdvice, DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
@@ -369,25 +370,37 @@ class JobController:
 
     def _write(self, writes: _Writes, facts: PassFacts) -> list[str]:
         """One transaction: re-read the batch's jobs (and live attempts), then write what
-        still holds. Intents and their events go in as one INSERT each."""
+        still holds. Intents, their jobs' new state and their events go in as one statement
+        each (core: an ORM object per row costs more than the rest of the pass)."""
         made: list[dict[str, Any]] = []
+        launching: list[dict[str, Any]] = []
         events: list[dict[str, Any]] = []
         with self.db.write() as s:
-            jobs = load_by_id(s, Job, writes.job_ids())
+            others = [j for j, _, _ in writes.explains] + [u.job_id for u in writes.live]
+            jobs = load_by_id(s, Job, others)
             attempts = load_by_id(s, Attempt, [u.attempt_id for u in writes.live])
-            busy = live_job_ids(s, [i.job_id for i in writes.intents])
-            for it in writes.intents:
-                fresh = jobs.get(it.job_id)
-                if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
-                    continue
-                if fresh.id in busy:
-                    continue  # never two live attempts for one job
-                made.append(self._intent_row(fresh, it))
-                events.append(
-                    event(
-                        it.at, "launching", fresh.reason, job_id=fresh.id, attempt_id=made[-1]["id"]
+            if writes.intents:
+                want = [i.job_id for i in writes.intents]
+                heads = _job_heads(s, want)
+                busy = live_job_ids(s, want)
+                for it in writes.intents:
+                    head = heads.get(it.job_id)
+                    if head is None or head.state not in (JobState.PENDING, JobState.RECOVERING):
+                        continue
+                    if head.id in busy:
+                        continue  # never two live attempts for one job
+                    row, job_values = self._intent_row(head, it)
+                    made.append(row)
+                    launching.append(job_values)
+                    events.append(
+                        event(
+                            it.at,
+                            "launching",
+                            job_values["reason"],
+                            job_id=head.id,
+                            attempt_id=row["id"],
+                        )
                     )
-                )
             for job_id, reason, at in writes.explains:
                 fresh = jobs.get(job_id)
                 if fresh is not None and fresh.reason != reason:
@@ -395,26 +408,36 @@ class JobController:
                     s.add(fresh)
                     events.append(event(at, "waiting", reason, job_id=job_id))
             if made:
+                jt = table_of(Job)
+                s.execute(
+                    sa.update(jt)
+                    .where(jt.c.id == sa.bindparam("b_id"))
+                    .values(
+                        attempts=sa.bindparam("attempts"),
+                        state=JobState.LAUNCHING,
+                        reason=sa.bindparam("reason"),
+                        updated_at=sa.bindparam("updated_at"),
+                    ),
+                    launching,
+                )
                 s.execute(sa.insert(table_of(Attempt)), made)
             emit_many(s, events)
             for u in writes.live:
                 self._apply_live(s, jobs.get(u.job_id), attempts.get(u.attempt_id), u, facts)
         return [row["id"] for row in made]
 
-    def _intent_row(self, job: Job, it: _Intent) -> dict[str, Any]:
-        """The next Attempt of `job` on the intent's offering (LAUNCHING, with its
-        deterministic token), and the job marked LAUNCHING in the same transaction."""
+    def _intent_row(self, job: Any, it: _Intent) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The next Attempt of `job` (its id, state and attempt count, as re-read in the
+        write) on the intent's offering, LAUNCHING with its deterministic token; and the
+        job's new values (LAUNCHING, why), written in the same transaction."""
         o, now = it.offering, it.at
         number = job.attempts + 1
         attempt_id = f"{job.id}-a{number}"
-        job.attempts = number
-        job.state = JobState.LAUNCHING
         gang = f"{it.nodes} x " if it.nodes > 1 else ""
-        job.reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
+        reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
         if it.shrunk:
-            job.reason += f" ({it.shrunk})"
-        job.updated_at = now
-        return {
+            reason += f" ({it.shrunk})"
+        attempt = {
             "id": attempt_id,
             "job_id": job.id,
             "number": number,
@@ -433,6 +456,7 @@ class JobController:
             "state": AttemptState.LAUNCHING,
             "created_at": now,
         }
+        return attempt, {"b_id": job.id, "attempts": number, "reason": reason, "updated_at": now}
 
     # -- running jobs ------------------------------------------------------------------------
     def _step_live(
@@ -834,6 +858,16 @@ class JobController:
                 emit(s, now, "step_failed", msg, job_id=job_id, level="error")
             job.last_error = msg
             s.add(job)
+
+
+def _job_heads(s: Session, job_ids: list[str]) -> dict[str, Any]:
+    """id, state and attempt count of these jobs (core rows, no ORM object), by id."""
+    jt = table_of(Job)
+    out: dict[str, Any] = {}
+    for chunk in id_chunks(job_ids):
+        q = sa.select(jt.c.id, jt.c.state, jt.c.attempts).where(jt.c.id.in_(chunk))
+        out.update((r.id, r) for r in s.execute(q))
+    return out
 
 
 def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:

@@ -10,7 +10,7 @@ the same request) while the provider's idempotency window lasts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -40,6 +40,7 @@ from scheduler.controllers.base import (
     CatalogHolder,
     Clouds,
     Db,
+    Result,
     Steps,
     finding,
     job_running,
@@ -51,6 +52,7 @@ from scheduler.controllers.gang import (
     GangShortfall,
     launching_gang,
     mark_gang_capacity,
+    new_node_row,
     nodes_of,
     record_nodes,
 )
@@ -58,7 +60,7 @@ from scheduler.controllers.rows import chunks, load_by_id, table_of
 from scheduler.controllers.spend import request_stop
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import gang_shortfall
-from scheduler.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job
+from scheduler.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job, JobState
 from scheduler.store import CheckpointStores, StoreError
 from trainer import contract
 
@@ -195,16 +197,18 @@ class LaunchController:
         )
         self.step("after_launch")
         with self.db.write() as s:
-            held = load_by_id(s, Attempt, list(results))
-            jobs = load_by_id(s, Job, [a.job_id for a in held.values()])
-            known = nodes_of(s, results)
+            now = self.clock.now()
             events: list[dict[str, Any]] = []
+            recorded = _record_launched(s, results, now, events)
+            rest = [aid for aid in results if aid not in recorded]
+            held = load_by_id(s, Attempt, rest)
+            jobs = load_by_id(s, Job, [a.job_id for a in held.values()])
+            known = nodes_of(s, rest)
             for attempt_id, r in results.items():
-                out.append(
-                    self._record_in(
-                        s, attempt_id, r.value, r.error, self.clock.now(), events, known
-                    )
-                )
+                done = recorded.get(attempt_id)
+                if done is None:
+                    done = self._record_in(s, attempt_id, r.value, r.error, now, events, known)
+                out.append(done)
             emit_many(s, events)
             del held, jobs, known
         self.step("after_record")
@@ -546,6 +550,107 @@ def _stamp_launch_requested(s: Session, attempt_ids: list[str], now: datetime) -
         else:  # no UPDATE ... RETURNING: read which qualify under the same lock, then write
             out.update(s.execute(sa.select(t.c.id).where(t.c.id.in_(chunk), ok)).scalars())
             s.execute(q)
+    return out
+
+
+_RUNS_JOB = (JobState.LAUNCHING, JobState.PENDING, JobState.RECOVERING)  # as job_running
+
+
+def _record_launched(
+    s: Session,
+    results: Mapping[str, Result[list[Instance]]],
+    now: datetime,
+    events: list[dict[str, Any]],
+) -> dict[str, LaunchOutcome]:
+    """Record the common case, a single-node attempt whose launch returned its instance and
+    that has no node row yet, for a whole batch in a few core statements (one read, one
+    INSERT of node rows, one executemany UPDATE each of attempts and jobs): what `_record_in`
+    does for it through the ORM, which costs more than the launch itself. Everything else
+    (gangs, errors, an attempt already recorded or ended) is left to `_record_in`."""
+    t, ni, jt = table_of(Attempt), table_of(AttemptInstance), table_of(Job)
+    ids = [aid for aid, r in results.items() if r.error is None and r.value]
+    rows: dict[str, Any] = {}
+    noded: set[str] = set()
+    for chunk in chunks(ids):
+        q = sa.select(
+            t.c.id,
+            t.c.job_id,
+            t.c.state,
+            t.c.nodes,
+            t.c.region,
+            t.c.zone,
+            t.c.started_at,
+            t.c.accrued_until,
+            t.c.stop_requested_at,
+            t.c.pool,
+            t.c.market,
+            t.c.price_per_hour,
+        ).where(t.c.id.in_(chunk))
+        rows.update((r.id, r) for r in s.execute(q))
+        noded.update(
+            s.execute(sa.select(ni.c.attempt_id).where(ni.c.attempt_id.in_(chunk))).scalars()
+        )
+    nodes: list[dict[str, Any]] = []
+    attempts: list[dict[str, Any]] = []
+    running: list[dict[str, Any]] = []
+    out: dict[str, LaunchOutcome] = {}
+    for aid in ids:
+        a = rows.get(aid)
+        if a is None or a.state is AttemptState.ENDED or a.nodes > 1 or aid in noded:
+            continue
+        inst = results[aid].value[0]  # type: ignore[index]
+        nodes.append(new_node_row(aid, a.region, a.zone, inst, now))
+        state, started, accrued = a.state, a.started_at, a.accrued_until
+        if inst.state is InstanceState.RUNNING and started is None:
+            state, started = AttemptState.RUNNING, min(inst.launched_at or now, now)
+            accrued = started
+        attempts.append(
+            {
+                "b_id": aid,
+                "instance_id": inst.id,
+                "instance_scope": inst.scope,
+                "region": inst.region or a.region,
+                "state": state,
+                "started_at": started,
+                "accrued_until": accrued,
+            }
+        )
+        if state is AttemptState.RUNNING and a.stop_requested_at is None:
+            running.append(
+                {"b_id": a.job_id, "reason": f"on {a.pool} at ${a.price_per_hour:.2f}/h"}
+            )
+        what = f"{inst.id} on {a.pool} ({a.market})"
+        events.append(event(now, "launched", what, job_id=a.job_id, attempt_id=aid))
+        out[aid] = LaunchOutcome(aid, launched=True)
+    if nodes:
+        s.execute(sa.insert(ni), nodes)
+        s.execute(
+            sa.update(t)
+            .where(t.c.id == sa.bindparam("b_id"))
+            .values(
+                instance_id=sa.bindparam("instance_id"),
+                instance_scope=sa.bindparam("instance_scope"),
+                region=sa.bindparam("region"),
+                state=sa.bindparam("state"),
+                started_at=sa.bindparam("started_at"),
+                accrued_until=sa.bindparam("accrued_until"),
+            ),
+            attempts,
+        )
+    if running:
+        s.execute(
+            sa.update(jt)
+            .where(
+                jt.c.id == sa.bindparam("b_id"), sa.or_(*(jt.c.state == st for st in _RUNS_JOB))
+            )  # no IN: executemany
+            .values(
+                state=JobState.RUNNING,
+                reason=sa.bindparam("reason"),
+                updated_at=now,
+                not_before=None,
+            ),
+            running,
+        )
     return out
 
 
