@@ -121,7 +121,22 @@ class Job(SQLModel, table=True):
     total_steps: int | None = None
 
 
+# Attempts whose spend is not accrued up to their end (live ones, and ended ones until the
+# next accrual): the accrual reads these through a partial index, not a scan of every
+# attempt ever written. Its queries repeat this predicate verbatim (so the planner uses it).
+UNACCRUED = "accrued_until IS NULL OR accrued_until != ended_at"
+
+
 class Attempt(SQLModel, table=True):
+    __table_args__ = (
+        sa.Index(
+            "ix_attempt_unaccrued",
+            "state",
+            sqlite_where=sa.text(UNACCRUED),
+            postgresql_where=sa.text(UNACCRUED),
+        ),
+    )
+
     id: str = Field(primary_key=True)  # "<job id>-a<number>"
     job_id: str = Field(index=True, foreign_key="job.id")
     number: int

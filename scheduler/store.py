@@ -7,6 +7,7 @@ for "absent": it raises StoreError, and the caller leaves the job as it is and s
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from typing import Any
@@ -15,6 +16,25 @@ from trainer import contract
 
 # The S3-compatible endpoint of the checkpoint store (MinIO, R2, a test's moto); unset: AWS S3.
 S3_ENDPOINT_ENV = "SPOTWISE_S3_ENDPOINT_URL"
+
+
+@functools.lru_cache(maxsize=1024)
+def _location(uri: str) -> contract.Location:
+    """contract.parse_uri, remembered: a claim reads and then writes the same store, and a
+    pass of thousands of launches would otherwise parse each URI twice over."""
+    return contract.parse_uri(uri)
+
+
+def _temp_file(directory: str, name: str) -> tuple[int, str]:
+    """A new private temp file beside `name` (what tempfile.mkstemp makes, without drawing
+    a random name per write): unique per process and thread, created exclusively."""
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+    except FileExistsError:  # left by a crash of a process with this pid: draw one
+        import tempfile
+
+        return tempfile.mkstemp(dir=directory, prefix=f".{name}.")
 
 
 class StoreError(Exception):
@@ -64,16 +84,18 @@ class CheckpointStores:
     def read(self, uri: str, name: str) -> str | None:
         """The file's text, None when it does not exist; StoreError when it cannot be read."""
         try:
-            loc = contract.parse_uri(uri)
+            loc = _location(uri)
         except ValueError as e:
             raise StoreError(str(e)) from None
         if loc.is_local:
+            path = os.path.join(str(loc.path), name)  # what loc.file(name) names, cheaper
             try:
-                return loc.file(name).read_text()
+                with open(path) as f:
+                    return f.read()
             except FileNotFoundError:
                 return None
             except (OSError, UnicodeDecodeError) as e:
-                raise StoreError(f"cannot read {loc.file(name)}: {e}") from None
+                raise StoreError(f"cannot read {path}: {e}") from None
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -91,16 +113,15 @@ class CheckpointStores:
         """Write atomically (temp file, rename). A local file is fsynced unless `sync` is
         False: then the caller makes many writes durable at once with `sync_local`."""
         try:
-            loc = contract.parse_uri(uri)
+            loc = _location(uri)
         except ValueError as e:
             raise StoreError(str(e)) from None
         if loc.is_local:
-            import tempfile
-
-            target = loc.file(name)
+            target = os.path.join(str(loc.path), name)
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+                parent, base = os.path.split(target)
+                os.makedirs(parent, exist_ok=True)
+                fd, tmp = _temp_file(parent, base)
                 with os.fdopen(fd, "w") as f:
                     f.write(text)
                     f.flush()

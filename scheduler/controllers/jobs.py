@@ -93,8 +93,17 @@ class PassFacts:
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
     memo: Candidates | None = None
     _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
+    _specs: dict[str, JobSpec] = field(default_factory=dict)
     _pool_rows: dict[str, np.ndarray] = field(default_factory=dict)
     _alternatives: dict[tuple[object, ...], tuple[Decision, Decision]] = field(default_factory=dict)
+
+    def spec(self, spec_json: str) -> JobSpec:
+        """The parsed spec, once per distinct JSON in a pass (jobs are often submitted many
+        from one spec); treated as read-only."""
+        spec = self._specs.get(spec_json)
+        if spec is None:
+            spec = self._specs[spec_json] = JobSpec.model_validate_json(spec_json)
+        return spec
 
     def requirements(self, spec: JobSpec) -> Requirements:
         key = Requirements.key_of(spec)
@@ -499,7 +508,7 @@ class JobController:
         if a.state is AttemptState.LAUNCHING and job.state is not JobState.LAUNCHING:
             return False
         if a.state is AttemptState.RUNNING and self.placing:
-            spec = JobSpec.model_validate_json(job.spec_json)
+            spec = facts.spec(job.spec_json)
             if job.deadline is not None and spec.gpu_hours:
                 return False  # the policy is asked, and what it learns saved, in the write
             if _follows_prices(spec, a) and self._price_move(job, a, spec, facts, now):
@@ -544,7 +553,7 @@ class JobController:
                 job_w.state = JobState.LAUNCHING
                 job_w.updated_at = now
             if a_w.state is AttemptState.RUNNING and self.placing:
-                spec = JobSpec.model_validate_json(job_w.spec_json)
+                spec = facts.spec(job_w.spec_json)
                 if job_w.deadline is not None and spec.gpu_hours:
                     self._follow_deadline_policy(s, job_w, a_w, facts, now)
                 if a_w.stop_requested_at is None and _follows_prices(spec, a_w):
@@ -556,7 +565,7 @@ class JobController:
     ) -> None:
         """Ask the deadline policy about the running attempt; move it if the policy would run
         elsewhere (back to spot once capacity returns, or to on-demand as slack runs out)."""
-        spec = JobSpec.model_validate_json(job.spec_json)
+        spec = facts.spec(job.spec_json)
         if not spec.gpu_hours:
             return
         planner = self._planner()
@@ -798,7 +807,7 @@ class JobController:
 
     def _place(self, job: Job, facts: PassFacts, now: datetime, writes: _Writes) -> None:
         """Decide where `job` goes (pure); the intent is written with the pass's batch."""
-        spec = JobSpec.model_validate_json(job.spec_json)
+        spec = facts.spec(job.spec_json)
         req = facts.requirements(spec)
         ctx = self._context(job, spec, facts, now)
         if job.deadline is not None and spec.gpu_hours:

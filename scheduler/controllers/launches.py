@@ -11,18 +11,19 @@ the same request) while the provider's idempotency window lasts.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
-from sqlmodel import Session, col, select
+from sqlmodel import Session
 
 from providers.base import (
     TAG_ATTEMPT,
     TAG_JOB,
     TAG_NODE,
     TAG_OWNER,
+    Capabilities,
     CapacityUnavailable,
     FatalError,
     Instance,
@@ -66,6 +67,31 @@ from trainer import contract
 
 
 @dataclass(frozen=True, slots=True)
+class _JobView:
+    """What launching needs of an attempt's job."""
+
+    id: str
+    spec_json: str
+    checkpoint_uri: str
+
+
+@dataclass(slots=True)
+class _Memo:
+    """What the requests of one launch call share: offerings by pool, parsed specs by their
+    JSON (many jobs are submitted from one spec), the owner tag as each cloud stores it."""
+
+    offers: dict[str, Offering | None] = field(default_factory=dict)
+    specs: dict[str, JobSpec] = field(default_factory=dict)
+    owners: dict[int, str] = field(default_factory=dict)
+
+    def owner_label(self, caps: Capabilities, owner: str) -> str:
+        label = self.owners.get(id(caps))
+        if label is None:
+            label = self.owners[id(caps)] = caps.label(owner)
+        return label
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchOutcome:
     attempt_id: str
     launched: bool  # an instance id is recorded (or the attempt is being retried as-is)
@@ -98,18 +124,18 @@ class LaunchController:
         clouds = self._clouds()
         now = self.clock.now()
         out: list[LaunchOutcome] = []
-        rows: list[tuple[Attempt, Job]] = []
+        rows: list[tuple[Any, _JobView]] = []
+        t, jt = table_of(Attempt), table_of(Job)
         with self.db.read() as s:
+            # Core rows (an Attempt's columns, read-only here): the writes below re-read.
             for chunk in _chunks(list(attempt_ids), 500):
-                rows.extend(
-                    s.exec(
-                        select(Attempt, Job).where(
-                            Attempt.job_id == Job.id,
-                            col(Attempt.id).in_(chunk),
-                        )
-                    ).all()
+                q = sa.select(t, jt.c.spec_json, jt.c.checkpoint_uri).where(
+                    t.c.job_id == jt.c.id, t.c.id.in_(chunk)
                 )
-        ready: list[tuple[Attempt, Job, Provider]] = []
+                rows.extend(
+                    (r, _JobView(r.job_id, r.spec_json, r.checkpoint_uri)) for r in s.execute(q)
+                )
+        ready: list[tuple[Any, _JobView, Provider]] = []
         failed: list[tuple[str, AttemptEnd, str]] = []
         for a, job in rows:
             if a.state is not AttemptState.LAUNCHING or a.instance_id or a.stop_requested_at:
@@ -146,7 +172,7 @@ class LaunchController:
             ready.append((a, job, provider))
         claim_errors = self._claim(ready)
         requests: dict[str, tuple[str, LaunchRequest]] = {}
-        offers: dict[str, Offering | None] = {}  # pool -> offering, looked up once per call
+        memo = _Memo()
         with self.db.write() as s:
             # In the session at once (and held: its identity map is weak), so each s.get below
             # is a lookup, not a query and an autoflush.
@@ -184,7 +210,7 @@ class LaunchController:
                 if a.id not in stamped:  # ended or asked to stop since the read
                     out.append(LaunchOutcome(a.id, launched=False))
                     continue
-                requests[a.id] = (a.provider, self._request(job, a, provider, offers))
+                requests[a.id] = (a.provider, self._request(job, a, provider, memo))
             del held
         if not requests:
             return out
@@ -214,13 +240,15 @@ class LaunchController:
         self.step("after_record")
         return out
 
-    def _claim(self, ready: list[tuple[Attempt, Job, Provider]]) -> dict[str, Exception]:
-        """Write owner.json for each attempt (store I/O, concurrently); errors by attempt."""
+    def _claim(self, ready: list[tuple[Any, _JobView, Provider]]) -> dict[str, Exception]:
+        """Write owner.json for each attempt; errors by attempt. Remote stores (S3) are
+        written concurrently; local files in this thread, where a handoff to a pool thread
+        would cost more CPU than the write itself."""
         from concurrent.futures import ThreadPoolExecutor
 
         many = len(ready) > 1
 
-        def one(item: tuple[Attempt, Job, Provider]) -> tuple[str, Exception | None]:
+        def one(item: tuple[Any, _JobView, Provider]) -> tuple[str, Exception | None]:
             a, job, _ = item
             try:
                 # Many claims: each unsynced, then one sync below (an fsync costs as much
@@ -233,24 +261,29 @@ class LaunchController:
         if not many:
             results = [one(x) for x in ready]
         else:
-            with ThreadPoolExecutor(max_workers=min(8, len(ready))) as pool:
-                results = list(pool.map(one, ready))
-            if any(_is_local(job.checkpoint_uri) for _, job, _ in ready):
+            local: list[tuple[Any, _JobView, Provider]] = []
+            remote: list[tuple[Any, _JobView, Provider]] = []
+            for x in ready:
+                (local if _is_local(x[1].checkpoint_uri) else remote).append(x)
+            results = [one(x) for x in local]
+            if remote:
+                with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
+                    results.extend(pool.map(one, remote))
+            if local:
                 self.stores.sync_local()  # every fence is durable before any cloud call
         return {aid: e for aid, e in results if e is not None}
 
     def _request(
-        self,
-        job: Job,
-        a: Attempt,
-        provider: Provider,
-        offers: dict[str, Offering | None] | None = None,
+        self, job: _JobView | Job, a: Any, provider: Provider, memo: _Memo | None = None
     ) -> LaunchRequest:
-        spec = JobSpec.model_validate_json(job.spec_json)
-        offers = {} if offers is None else offers
-        if a.pool not in offers:
-            offers[a.pool] = self.catalog.catalog.offering_for_pool(a.pool)
-        o = offers[a.pool] or Offering(
+        """The launch request for attempt `a` (an Attempt or a row of its columns)."""
+        memo = _Memo() if memo is None else memo
+        spec = memo.specs.get(job.spec_json)
+        if spec is None:
+            spec = memo.specs[job.spec_json] = JobSpec.model_validate_json(job.spec_json)
+        if a.pool not in memo.offers:
+            memo.offers[a.pool] = self.catalog.catalog.offering_for_pool(a.pool)
+        o = memo.offers[a.pool] or Offering(
             a.cloud,
             a.region,
             a.zone,
@@ -279,7 +312,7 @@ class LaunchController:
         tags = {
             TAG_JOB: caps.label(job.id),
             TAG_ATTEMPT: caps.label(a.id),
-            TAG_OWNER: caps.label(self._config().daemon.owner),
+            TAG_OWNER: memo.owner_label(caps, self._config().daemon.owner),
         }
         group = None
         if a.nodes > 1:
@@ -293,7 +326,7 @@ class LaunchController:
         return LaunchRequest(
             token=a.token,
             offering=o,
-            command=spec.command,
+            command=list(spec.command),  # specs are shared within a call
             env=env,
             tags=tags,
             count=a.nodes,

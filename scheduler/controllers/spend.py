@@ -98,15 +98,7 @@ class SpendController:
     def _accrue(self, s: Session, now: datetime, prices: Catalog) -> None:
         """Prices are piecewise constant between polls: each interval is charged at the price
         in effect during it (`billed_price`), then the attempt takes the current price."""
-        rows = s.exec(
-            select(Attempt, Job.name, Job.team)
-            .where(Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None))
-            .where(
-                col(Attempt.state).in_(LIVE)
-                | (col(Attempt.accrued_until).is_(None))
-                | (Attempt.accrued_until != Attempt.ended_at)
-            )
-        ).all()
+        rows = _to_accrue(s)
         job_delta: dict[str, float] = {}
         buckets = _buckets_since(s, rows)
         nodes = nodes_of(s, [a.id for a, _, _ in rows]) if rows else {}
@@ -351,6 +343,26 @@ class SpendController:
                 attempt_id=a.id,
                 level="warning",
             )
+
+
+def _to_accrue(s: Session) -> list[tuple[Attempt, str, str]]:
+    """Every started attempt that is live or not yet accrued up to its end, with its job's
+    name and team: two indexed reads (by state; by the partial index of unaccrued ones),
+    never a scan of the finished attempts a long-lived database holds."""
+    base = select(Attempt, Job.name, Job.team).where(
+        Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None)
+    )
+    out: dict[str, tuple[Attempt, str, str]] = {}
+    for q in (
+        base.where(col(Attempt.state).in_(LIVE)),
+        # The partial index's predicate (models.UNACCRUED), term for term.
+        base.where(
+            col(Attempt.accrued_until).is_(None) | (Attempt.accrued_until != Attempt.ended_at)
+        ),
+    ):
+        for a, name, team in s.exec(q).all():
+            out.setdefault(a.id, (a, name, team))
+    return list(out.values())
 
 
 def _buckets_since(
