@@ -408,7 +408,8 @@ def test_fault_injection_every_job_completes_without_a_double_launch(make_world,
          offering("us-east-1a", price=3.0, market=Market.ON_DEMAND)],
         faults=Faults(rate=0.08, seed=7), start_running=True,
     )  # fmt: skip
-    w = make_world(provider=cloud)
+    # A 40 s grace sweeps for leaks every 10 s tick, so listings meet faults too.
+    w = make_world(provider=cloud, leak_grace="40s")
     ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(12)]
     for step in range(60):
         w.tick(10)
