@@ -143,3 +143,58 @@ def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
     assert abs(row.cost_usd - paid) < 1e-6
     assert abs(sum(b.usd for b in buckets) - paid) < 1e-6
     assert len({b.hour for b in buckets}) == len(buckets)
+
+
+def _row(obj, drop: set[str]) -> dict:
+    return {k: v for k, v in obj.model_dump().items() if k not in drop}
+
+
+@pytest.mark.parametrize("state", ["running", "pending"])
+def test_a_launch_recorded_in_bulk_writes_the_rows_the_orm_path_writes(make_world, state):
+    """The core statements that record a pass's launches write, column for column, the node
+    row, attempt, job and event that recording one launch through the ORM writes."""
+    from sqlmodel import Session, select
+
+    from providers.base import Instance, InstanceState
+    from scheduler.audit import emit_many
+    from scheduler.controllers.base import Result
+    from scheduler.controllers.launches import _record_launched
+    from scheduler.models import Attempt, AttemptInstance, Event, Job
+
+    w = make_world()
+    jobs = [w.submit(name="same", gpus="V100:1") for _ in range(2)]
+    w.clock.advance(5)
+    bulk, orm = sorted(w.rec.jobs.step(), key=lambda a: jobs.index(a.rsplit("-a", 1)[0]))
+    w.clock.advance(5)
+    now = w.clock.now()
+
+    def inst(n: int) -> Instance:
+        return Instance(
+            f"i-{n}", "aws", "us-east-2", "", "p3.2xlarge", Market.SPOT,
+            InstanceState(state), launched_at=now - timedelta(seconds=3), scope="rg-1",
+        )  # fmt: skip
+
+    with w.rec.db.write() as s:
+        events: list[dict] = []
+        done = _record_launched(s, {bulk: Result(value=[inst(0)])}, now, events)
+        emit_many(s, events)
+    assert list(done) == [bulk] and done[bulk].launched
+    with w.rec.db.write() as s:
+        w.rec.launches._record_in(s, orm, [inst(1)], None, now)
+    with Session(w.rec.engine) as s:
+        nodes = {r.attempt_id: r for r in s.exec(select(AttemptInstance)).all()}
+        attempts = {aid: s.get(Attempt, aid) for aid in (bulk, orm)}
+        job_rows = [s.get(Job, j) for j in jobs]
+        launched = {e.attempt_id: e for e in s.exec(select(Event)).all() if e.kind == "launched"}
+    ids = {"id", "attempt_id", "instance_id", "job_id", "token"}
+    assert _row(nodes[bulk], ids) == _row(nodes[orm], ids)
+    assert nodes[bulk].instance_id == "i-0" and nodes[bulk].region == "us-east-2"
+    assert _row(attempts[bulk], ids) == _row(attempts[orm], ids)
+    assert attempts[bulk].instance_id == "i-0" and attempts[bulk].instance_scope == "rg-1"
+    assert _row(job_rows[0], {"id", "checkpoint_uri"}) == _row(
+        job_rows[1], {"id", "checkpoint_uri"}
+    )
+    expected = JobState.RUNNING if state == "running" else JobState.LAUNCHING
+    assert job_rows[0].state is expected
+    assert launched[bulk].message.replace("i-0", "i-1") == launched[orm].message
+    assert launched[bulk].job_id == jobs[0] and launched[orm].job_id == jobs[1]

@@ -354,3 +354,30 @@ def test_two_jobs_in_one_pass_share_the_budget_headroom(make_world):
     assert states == ["PENDING", "RUNNING"]
     waiting = w.job(a) if w.job(a).state is JobState.PENDING else w.job(b)
     assert "budget 'cap'" in waiting.reason
+
+
+def test_the_leak_sweep_lists_the_clouds_once_a_minute_not_every_pass(make_world, monkeypatch):
+    from providers.base import LaunchRequest
+
+    w = make_world(leak_grace="5m")
+    calls: list[float] = []
+    real = w.provider.list_tagged
+
+    def counting(owner):
+        calls.append(w.clock.now().timestamp())
+        return real(owner)
+
+    monkeypatch.setattr(w.provider, "list_tagged", counting)
+    o = w.provider.offerings()[0]
+    (leaked,) = w.provider.launch(
+        LaunchRequest(
+            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "x"}
+        )
+    )
+    w.tick(n=12)  # one minute of 5 s passes
+    assert len(calls) == 1
+    w.tick()
+    assert len(calls) == 2  # a minute after the first
+    w.tick(300, n=2)  # past the grace: still collected
+    assert w.provider.instances[leaked.id].end_reason is EndReason.TERMINATED
+    assert w.events("leak_terminated")
