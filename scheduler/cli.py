@@ -412,8 +412,8 @@ def status(
     cfg, engine = _engine(config)
     clock = clock_for(cfg)
 
-    def rows() -> list[dict[str, Any]]:
-        return views.job_rows(engine, states=states, team=team)
+    def rows(iso_times: bool = False) -> list[dict[str, Any]]:
+        return views.job_rows(engine, states=states, team=team, iso_times=iso_times)
 
     def shown() -> tuple[list[dict[str, Any]], int]:
         # Scripts (-o json) get every job; people get finished ones only while recent.
@@ -429,14 +429,16 @@ def status(
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
                     lambda: views.document(
-                        jobs=rows(), daemon_warning=_daemon_warning(engine, cfg)
+                        jobs=rows(iso_times=True), daemon_warning=_daemon_warning(engine, cfg)
                     ),
                     interval,
                     count,
                 )
             return
         # Byte for byte what _print_json writes, much faster over thousands of rows.
-        doc = views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine))
+        doc = views.document(
+            jobs=rows(iso_times=True), daemon_warning=warning, daemon=_lease(engine)
+        )
         sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
