@@ -540,11 +540,12 @@ def show(
     if output is Output.json:
         _print_json(views.document(**doc))
         return
-    _print_show(doc)
+    _print_show(doc, clock_for(cfg).now())
 
 
-def _print_show(doc: dict[str, Any]) -> None:
-    """Header lines, the attempts and the events; user text (names, reasons) is never markup."""
+def _print_show(doc: dict[str, Any], now: datetime) -> None:
+    """Header lines, the attempts and the events, readable at 80 columns: nothing a person
+    copies (ids, pools, paths) is cut, and user text (names, reasons) is never markup."""
     j = doc["job"]
     head = Text()
     head.append(j["id"], style="bold")
@@ -552,35 +553,55 @@ def _print_show(doc: dict[str, Any]) -> None:
     head.append(j["state"], style=_STATE_STYLE.get(j["state"], "bold"))
     head.append(f"  {j['reason']}")
     out.print(head)
+    plain = {"markup": False, "highlight": False}
     out.print(
         f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  "
-        f"created {_when(j['created_at'])}  checkpoint {j['checkpoint_uri']}",
-        markup=False,
-        highlight=False,
+        f"created {_when(j['created_at'])}",
+        **plain,
     )
-    t = Table(title="attempts", title_justify="left")
-    for c in ("#", "POOL", "INSTANCE", "$/H", "STARTED", "ENDED", "END", "COST"):
-        t.add_column(c)
+    out.print(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, **plain)
+    # Two lines per attempt rather than an eight-column table: at 80 columns a table had
+    # to cut the pool or fold every time onto three lines.
+    out.print(f"attempts{' (none yet)' if not doc['attempts'] else ''}", style="bold")
     for a in doc["attempts"]:
-        t.add_row(
-            *(
-                Text(x)
-                for x in (
-                    str(a["number"]),
-                    a["pool"],
-                    _instances(a),
-                    _money(a["price_per_hour"]),
-                    _when(a["started_at"]),
-                    _when(a["ended_at"]),
-                    a["end_reason"] or a["state"],
-                    _money(a["cost_usd"]),
-                )
-            )
+        out.print(
+            f"{a['number']:>3}  {a['pool']}  {_money(a['price_per_hour'])}/h  {_instances(a)}",
+            soft_wrap=True,
+            **plain,
         )
-    out.print(t)
+        out.print(f"     {_attempt_span(a, now)}", **plain)
     if doc["attempts"]:
         _print_attempt_logs(doc["attempts"][-1])
-    _print_events(doc["events"])
+    _print_events(doc["events"], job_column=False)
+
+
+def _attempt_span(a: dict[str, Any], now: datetime) -> str:
+    """When it ran, for how long, how it ended and what it cost: '2026-06-01 00:00:05 UTC
+    -> 02:10:00 (2h10m)  interrupted  $1.95'."""
+    start, end = a["started_at"], a["ended_at"]
+    if start is None:
+        span = f"requested {_when(a['created_at'])}"
+    else:
+        until = end or now
+        ran = _duration((until - start).total_seconds())
+        if end is None:
+            span = f"{_when(start)} -> now ({ran})"
+        else:
+            same_day = start.astimezone().date() == end.astimezone().date()
+            stop = end.astimezone().strftime("%H:%M:%S") if same_day else _when(end)
+            span = f"{_when(start)} -> {stop} ({ran})"
+    how = a["end_reason"] or a["state"].lower()
+    return f"{span}  {how}  {_money(a['cost_usd'])}"
+
+
+def _duration(seconds: float) -> str:
+    """1h05m, 12m30s, 45s: hours and minutes, or minutes and seconds under an hour."""
+    s = max(int(seconds), 0)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
 
 
 FAILED_TAIL = 10  # stderr lines `show` prints for a failed attempt
@@ -605,7 +626,9 @@ def _print_attempt_logs(a: dict[str, Any]) -> None:
     if failed and logs.get("available"):
         lines = views.tail(Path(logs["stderr"]), FAILED_TAIL)
         out.print(
-            f"last {len(lines)} lines of stderr (attempt {a['number']}):",
+            f"last {len(lines)} lines of stderr (attempt {a['number']}):"
+            if lines
+            else f"stderr of attempt {a['number']} is empty",
             markup=False,
             highlight=False,
         )
@@ -618,19 +641,20 @@ def _when(ts: datetime | None) -> str:
     return ts.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def _print_events(events: list[dict[str, Any]]) -> None:
+def _print_events(events: list[dict[str, Any]], *, job_column: bool = True) -> None:
+    """The audit log as a table; `show` leaves out the JOB column (it is one job's)."""
     t = Table(title="events", title_justify="left")
-    for c in ("AT", "JOB", "KIND", "MESSAGE"):
-        # Times and ids never wrap (they are read and copied whole); messages fold.
-        t.add_column(c, no_wrap=c != "MESSAGE")
+    columns = ("AT", "JOB", "KIND", "MESSAGE") if job_column else ("AT", "KIND", "MESSAGE")
+    for c in columns:
+        # Times and ids never wrap (they are read and copied whole); messages fold, long
+        # words (pools, paths) included, rather than being cut.
+        t.add_column(c, no_wrap=c != "MESSAGE", overflow="fold" if c == "MESSAGE" else "ellipsis")
     for e in events:
         style = {"warning": "yellow", "error": "red"}.get(e["level"], "")
-        t.add_row(
-            Text(_when(e["at"])),
-            Text(e["job_id"] or "-"),
-            Text(e["kind"], style=style),
-            Text(e["message"]),
-        )
+        cells = [Text(_when(e["at"])), Text(e["kind"], style=style), Text(e["message"])]
+        if job_column:
+            cells.insert(1, Text(e["job_id"] or "-"))
+        t.add_row(*cells)
     out.print(t)
 
 
