@@ -553,13 +553,13 @@ def _print_show(doc: dict[str, Any], now: datetime) -> None:
     head.append(j["state"], style=_STATE_STYLE.get(j["state"], "bold"))
     head.append(f"  {j['reason']}")
     out.print(head)
-    plain = {"markup": False, "highlight": False}
     out.print(
         f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  "
         f"created {_when(j['created_at'])}",
-        **plain,
+        markup=False,
+        highlight=False,
     )
-    out.print(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, **plain)
+    out.print(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, markup=False, highlight=False)
     # Two lines per attempt rather than an eight-column table: at 80 columns a table had
     # to cut the pool or fold every time onto three lines.
     out.print(f"attempts{' (none yet)' if not doc['attempts'] else ''}", style="bold")
@@ -567,9 +567,10 @@ def _print_show(doc: dict[str, Any], now: datetime) -> None:
         out.print(
             f"{a['number']:>3}  {a['pool']}  {_money(a['price_per_hour'])}/h  {_instances(a)}",
             soft_wrap=True,
-            **plain,
+            markup=False,
+            highlight=False,
         )
-        out.print(f"     {_attempt_span(a, now)}", **plain)
+        out.print(f"     {_attempt_span(a, now)}", markup=False, highlight=False)
     if doc["attempts"]:
         _print_attempt_logs(doc["attempts"][-1])
     _print_events(doc["events"], job_column=False)
