@@ -540,10 +540,18 @@ def show(
     if output is Output.json:
         _print_json(views.document(**doc))
         return
-    _print_show(doc, clock_for(cfg).now())
+    clock = clock_for(cfg)
+    _print_show(doc, clock.now(), _clock_note(clock))
 
 
-def _print_show(doc: dict[str, Any], now: datetime) -> None:
+def _clock_note(clock: Any) -> str:
+    """Said next to printed times when they are the local market's sped-up time, which
+    runs ahead of the wall clock (a demo's job 'created' hours from now is not a bug)."""
+    speedup = getattr(clock, "speedup", 1)
+    return f" (local-market time, {speedup:g}x real time)" if speedup != 1 else ""
+
+
+def _print_show(doc: dict[str, Any], now: datetime, clock_note: str = "") -> None:
     """Header lines, the attempts and the events, readable at 80 columns: nothing a person
     copies (ids, pools, paths) is cut, and user text (names, reasons) is never markup."""
     j = doc["job"]
@@ -555,7 +563,7 @@ def _print_show(doc: dict[str, Any], now: datetime) -> None:
     out.print(head)
     out.print(
         f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  "
-        f"created {_when(j['created_at'])}",
+        f"created {_when(j['created_at'])}{clock_note}",
         markup=False,
         highlight=False,
     )
@@ -573,7 +581,7 @@ def _print_show(doc: dict[str, Any], now: datetime) -> None:
         out.print(f"     {_attempt_span(a, now)}", markup=False, highlight=False)
     if doc["attempts"]:
         _print_attempt_logs(doc["attempts"][-1])
-    _print_events(doc["events"], job_column=False)
+    _print_events(doc["events"], job_column=False, clock_note=clock_note)
 
 
 def _attempt_span(a: dict[str, Any], now: datetime) -> str:
@@ -642,9 +650,11 @@ def _when(ts: datetime | None) -> str:
     return ts.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def _print_events(events: list[dict[str, Any]], *, job_column: bool = True) -> None:
+def _print_events(
+    events: list[dict[str, Any]], *, job_column: bool = True, clock_note: str = ""
+) -> None:
     """The audit log as a table; `show` leaves out the JOB column (it is one job's)."""
-    t = Table(title="events", title_justify="left")
+    t = Table(title=f"events{clock_note}", title_justify="left")
     columns = ("AT", "JOB", "KIND", "MESSAGE") if job_column else ("AT", "KIND", "MESSAGE")
     for c in columns:
         # Times and ids never wrap (they are read and copied whole); messages fold, long
@@ -1052,12 +1062,12 @@ def events(
     output: OutputOpt = Output.table,
 ) -> None:
     """The audit log: what the daemon decided and why."""
-    _, engine = _engine(config)
+    cfg, engine = _engine(config)
     rows = views.event_rows(engine, job, limit)
     if output is Output.json:
         _print_json(views.document(events=rows))
         return
-    _print_events(rows)
+    _print_events(rows, clock_note=_clock_note(clock_for(cfg)))
 
 
 @app.command("check-config")

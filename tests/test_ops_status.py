@@ -223,6 +223,18 @@ def test_show_reads_at_80_columns_without_cutting_what_people_copy(world):
     assert "stderr of attempt 1 is empty" in text  # it failed without a word; was "last 0 lines"
 
 
+def test_times_on_the_sped_up_local_market_say_so(world):
+    """The local market's clock runs ahead of the wall clock: printed times say whose."""
+    world.config.write_text(world.config.read_text().replace("speedup = 1", "speedup = 120"))
+    r = _invoke(world, "show", world.ids["running"])
+    assert r.exit_code == 0, r.output
+    assert "(local-market time, 120x real time)" in r.stdout
+    r = _invoke(world, "events")
+    assert r.exit_code == 0 and "events (local-market time, 120x real time)" in r.stdout
+    world.config.write_text(world.config.read_text().replace("speedup = 120", "speedup = 1"))
+    assert "local-market time" not in _invoke(world, "events").stdout
+
+
 def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):
     w = make_ops_world(tmp_path, beat=False)
 
