@@ -156,7 +156,11 @@ def _rss_mb() -> float:
 
 
 def _status_json(engine: sa.Engine) -> str:
-    document = views.document(jobs=views.job_rows(engine), daemon_warning=None)
+    try:
+        rows = views.job_rows(engine, iso_times=True)  # what `status -o json` reads
+    except TypeError:  # older versions: rows held datetimes
+        rows = views.job_rows(engine)
+    document = views.document(jobs=rows, daemon_warning=None)
     dumps = getattr(views, "dumps_document", None)  # absent before 0.3: what the CLI did then
     if dumps is None:
         return json.dumps(document, indent=2, default=views.json_default)

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from scheduler import views
 from scheduler.adapters import clock_for
@@ -26,12 +27,42 @@ from scheduler.errors import UserError
 from scheduler.jobspec import load_jobspec
 from scheduler.models import JobState
 
+
+def _bench_command(name: str) -> Any:
+    """The `bench` group, built on first use: its modules import the whole daemon and the
+    replay simulator, which no other command needs (they start ~0.5 s faster without)."""
+    try:
+        from scheduler.bench import bench_app
+        from scheduler.bench_daemon import register
+    except ImportError:  # the benchmark module is optional in trimmed installs
+        return None
+    if not any(c.name == "daemon" for c in bench_app.registered_commands):
+        register(bench_app)
+    command = typer.main.get_command(bench_app)
+    command.name = name
+    return command
+
+
+class _RootGroup(TyperGroup):
+    """spotwise's commands, with `bench` loaded only when it is asked for (or listed)."""
+
+    # Click's types, untyped here: Typer has vendored Click in some versions, not in others.
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), "bench"]
+
+    def get_command(self, ctx: Any, name: str) -> Any:
+        if name == "bench" and "bench" not in self.commands:
+            return _bench_command(name)
+        return super().get_command(ctx, name)
+
+
 app = typer.Typer(
     name="spotwise",
     help="Cost-aware Spot GPU scheduler: live prices, budgets, interruption-safe jobs.",
     no_args_is_help=True,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish)
     pretty_exceptions_enable=False,
+    cls=_RootGroup,
 )
 out = Console()
 if not out.is_terminal and not os.environ.get("COLUMNS"):
@@ -412,8 +443,8 @@ def status(
     cfg, engine = _engine(config)
     clock = clock_for(cfg)
 
-    def rows() -> list[dict[str, Any]]:
-        return views.job_rows(engine, states=states, team=team)
+    def rows(iso_times: bool = False) -> list[dict[str, Any]]:
+        return views.job_rows(engine, states=states, team=team, iso_times=iso_times)
 
     def shown() -> tuple[list[dict[str, Any]], int]:
         # Scripts (-o json) get every job; people get finished ones only while recent.
@@ -429,14 +460,16 @@ def status(
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
                     lambda: views.document(
-                        jobs=rows(), daemon_warning=_daemon_warning(engine, cfg)
+                        jobs=rows(iso_times=True), daemon_warning=_daemon_warning(engine, cfg)
                     ),
                     interval,
                     count,
                 )
             return
         # Byte for byte what _print_json writes, much faster over thousands of rows.
-        doc = views.document(jobs=rows(), daemon_warning=warning, daemon=_lease(engine))
+        doc = views.document(
+            jobs=rows(iso_times=True), daemon_warning=warning, daemon=_lease(engine)
+        )
         sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
@@ -507,11 +540,20 @@ def show(
     if output is Output.json:
         _print_json(views.document(**doc))
         return
-    _print_show(doc)
+    clock = clock_for(cfg)
+    _print_show(doc, clock.now(), _clock_note(clock))
 
 
-def _print_show(doc: dict[str, Any]) -> None:
-    """Header lines, the attempts and the events; user text (names, reasons) is never markup."""
+def _clock_note(clock: Any) -> str:
+    """Said next to printed times when they are the local market's sped-up time, which
+    runs ahead of the wall clock (a demo's job 'created' hours from now is not a bug)."""
+    speedup = getattr(clock, "speedup", 1)
+    return f" (local-market time, {speedup:g}x real time)" if speedup != 1 else ""
+
+
+def _print_show(doc: dict[str, Any], now: datetime, clock_note: str = "") -> None:
+    """Header lines, the attempts and the events, readable at 80 columns: nothing a person
+    copies (ids, pools, paths) is cut, and user text (names, reasons) is never markup."""
     j = doc["job"]
     head = Text()
     head.append(j["id"], style="bold")
@@ -521,33 +563,54 @@ def _print_show(doc: dict[str, Any]) -> None:
     out.print(head)
     out.print(
         f"cost {_money(j['cost_usd'])}  recoveries {j['recoveries']}  "
-        f"created {_when(j['created_at'])}  checkpoint {j['checkpoint_uri']}",
+        f"created {_when(j['created_at'])}{clock_note}",
         markup=False,
         highlight=False,
     )
-    t = Table(title="attempts", title_justify="left")
-    for c in ("#", "POOL", "INSTANCE", "$/H", "STARTED", "ENDED", "END", "COST"):
-        t.add_column(c)
+    out.print(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, markup=False, highlight=False)
+    # Two lines per attempt rather than an eight-column table: at 80 columns a table had
+    # to cut the pool or fold every time onto three lines.
+    out.print(f"attempts{' (none yet)' if not doc['attempts'] else ''}", style="bold")
     for a in doc["attempts"]:
-        t.add_row(
-            *(
-                Text(x)
-                for x in (
-                    str(a["number"]),
-                    a["pool"],
-                    _instances(a),
-                    _money(a["price_per_hour"]),
-                    _when(a["started_at"]),
-                    _when(a["ended_at"]),
-                    a["end_reason"] or a["state"],
-                    _money(a["cost_usd"]),
-                )
-            )
+        out.print(
+            f"{a['number']:>3}  {a['pool']}  {_money(a['price_per_hour'])}/h  {_instances(a)}",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
         )
-    out.print(t)
+        out.print(f"     {_attempt_span(a, now)}", markup=False, highlight=False)
     if doc["attempts"]:
         _print_attempt_logs(doc["attempts"][-1])
-    _print_events(doc["events"])
+    _print_events(doc["events"], job_column=False, clock_note=clock_note)
+
+
+def _attempt_span(a: dict[str, Any], now: datetime) -> str:
+    """When it ran, for how long, how it ended and what it cost: '2026-06-01 00:00:05 UTC
+    -> 02:10:00 (2h10m)  interrupted  $1.95'."""
+    start, end = a["started_at"], a["ended_at"]
+    if start is None:
+        span = f"requested {_when(a['created_at'])}"
+    else:
+        until = end or now
+        ran = _duration((until - start).total_seconds())
+        if end is None:
+            span = f"{_when(start)} -> now ({ran})"
+        else:
+            same_day = start.astimezone().date() == end.astimezone().date()
+            stop = end.astimezone().strftime("%H:%M:%S") if same_day else _when(end)
+            span = f"{_when(start)} -> {stop} ({ran})"
+    how = a["end_reason"] or a["state"].lower()
+    return f"{span}  {how}  {_money(a['cost_usd'])}"
+
+
+def _duration(seconds: float) -> str:
+    """1h05m, 12m30s, 45s: hours and minutes, or minutes and seconds under an hour."""
+    s = max(int(seconds), 0)
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
 
 
 FAILED_TAIL = 10  # stderr lines `show` prints for a failed attempt
@@ -572,7 +635,9 @@ def _print_attempt_logs(a: dict[str, Any]) -> None:
     if failed and logs.get("available"):
         lines = views.tail(Path(logs["stderr"]), FAILED_TAIL)
         out.print(
-            f"last {len(lines)} lines of stderr (attempt {a['number']}):",
+            f"last {len(lines)} lines of stderr (attempt {a['number']}):"
+            if lines
+            else f"stderr of attempt {a['number']} is empty",
             markup=False,
             highlight=False,
         )
@@ -585,19 +650,22 @@ def _when(ts: datetime | None) -> str:
     return ts.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def _print_events(events: list[dict[str, Any]]) -> None:
-    t = Table(title="events", title_justify="left")
-    for c in ("AT", "JOB", "KIND", "MESSAGE"):
-        # Times and ids never wrap (they are read and copied whole); messages fold.
-        t.add_column(c, no_wrap=c != "MESSAGE")
+def _print_events(
+    events: list[dict[str, Any]], *, job_column: bool = True, clock_note: str = ""
+) -> None:
+    """The audit log as a table; `show` leaves out the JOB column (it is one job's)."""
+    t = Table(title=f"events{clock_note}", title_justify="left")
+    columns = ("AT", "JOB", "KIND", "MESSAGE") if job_column else ("AT", "KIND", "MESSAGE")
+    for c in columns:
+        # Times and ids never wrap (they are read and copied whole); messages fold, long
+        # words (pools, paths) included, rather than being cut.
+        t.add_column(c, no_wrap=c != "MESSAGE", overflow="fold" if c == "MESSAGE" else "ellipsis")
     for e in events:
         style = {"warning": "yellow", "error": "red"}.get(e["level"], "")
-        t.add_row(
-            Text(_when(e["at"])),
-            Text(e["job_id"] or "-"),
-            Text(e["kind"], style=style),
-            Text(e["message"]),
-        )
+        cells = [Text(_when(e["at"])), Text(e["kind"], style=style), Text(e["message"])]
+        if job_column:
+            cells.insert(1, Text(e["job_id"] or "-"))
+        t.add_row(*cells)
     out.print(t)
 
 
@@ -994,12 +1062,12 @@ def events(
     output: OutputOpt = Output.table,
 ) -> None:
     """The audit log: what the daemon decided and why."""
-    _, engine = _engine(config)
+    cfg, engine = _engine(config)
     rows = views.event_rows(engine, job, limit)
     if output is Output.json:
         _print_json(views.document(events=rows))
         return
-    _print_events(rows)
+    _print_events(rows, clock_note=_clock_note(clock_for(cfg)))
 
 
 @app.command("check-config")
@@ -1087,21 +1155,6 @@ def demo(
 
     # Piped output gets a width that fits the tables instead of Rich's 80-column default.
     raise typer.Exit(run_demo(workdir=workdir, speedup=speedup, console=out))
-
-
-def _mount_bench() -> None:
-    try:
-        from scheduler.bench import bench_app
-        from scheduler.bench_daemon import register
-    except ImportError:  # the benchmark module is optional in trimmed installs
-        return
-    register(bench_app)
-    app.add_typer(
-        bench_app, name="bench", help="Benchmarks against baselines measured in the same run."
-    )
-
-
-_mount_bench()
 
 
 def _print_error(text: str, exit_code: int) -> None:

@@ -25,6 +25,7 @@ STOP_ENDS = {
     "launch_timeout": AttemptEnd.LAUNCH_FAILED,
     "launch_failed": AttemptEnd.LAUNCH_FAILED,  # a gang that did not come up whole
     "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted
+    "quarantine": AttemptEnd.FAILED,  # the job failed (quarantined): not a user's cancel
 }
 # The stop reason written on a gang when one of its nodes got a notice or ended: the other
 # nodes are told to checkpoint (the trainer's all-reduced stop flag puts every rank on the

@@ -12,7 +12,7 @@ from sqlalchemy.engine import Engine
 
 from providers.base import Provider
 from scheduler.config import DaemonSettings
-from scheduler.models import Event, PriceSample
+from scheduler.models import Event, Job, JobState, PolicyState, PriceSample
 
 log = logging.getLogger("spotwise.retention")
 
@@ -20,9 +20,11 @@ log = logging.getLogger("spotwise.retention")
 def prune(
     engine: Engine, now: datetime, settings: DaemonSettings, providers: Mapping[str, Provider]
 ) -> dict[str, int]:
-    """Delete events and price samples past their retention; prune ended local instances."""
+    """Delete events and price samples past their retention, the policy state of finished
+    jobs that a newer job of the same shape supersedes, and ended local instances."""
     out: dict[str, int] = {}
     with engine.begin() as c:
+        out["policy_states"] = c.execute(_superseded_policy_states()).rowcount
         out["events"] = c.execute(
             sa.delete(Event).where(Event.at < now - settings.event_retention)  # type: ignore[arg-type]
         ).rowcount
@@ -39,3 +41,21 @@ def prune(
     if any(out.values()):
         log.info("retention: pruned %s", ", ".join(f"{v} {k}" for k, v in out.items() if v))
     return out
+
+
+def _superseded_policy_states() -> sa.Delete:
+    """A finished job's PolicyState only serves to warm the next job of its shape, which
+    reads the newest row of that shape: every older row of a finished job is dead weight
+    (one per deadline job ever run, otherwise)."""
+    ps, newer = PolicyState.__table__, sa.alias(PolicyState.__table__, "newer")  # type: ignore[attr-defined]
+    finished = sa.select(Job.id).where(  # type: ignore[call-overload]
+        sa.type_coerce(Job.state, sa.String).in_([x.value for x in JobState if x.terminal])
+    )
+    superseded = sa.exists().where(
+        newer.c.shape == ps.c.shape,
+        sa.or_(
+            newer.c.updated_at > ps.c.updated_at,
+            sa.and_(newer.c.updated_at == ps.c.updated_at, newer.c.job_id > ps.c.job_id),
+        ),
+    )
+    return sa.delete(ps).where(ps.c.job_id.in_(finished), superseded)

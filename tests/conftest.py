@@ -3,6 +3,8 @@ parallel workers (pytest-xdist) never share a daemon lock or a database."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,21 @@ def _private_state(
     monkeypatch.delenv("STATE_DIRECTORY", raising=False)
     monkeypatch.delenv("SPOTWISE_CONFIG", raising=False)
     return home
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """A test that configures logging (as the daemon does: root handlers, library levels)
+    must not change what a later test on the same worker logs: that made a test of
+    botocore's debug output depend on which tests ran before it."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    named = {n: logging.getLogger(n).level for n in logging.root.manager.loggerDict}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for name, was in named.items():
+        logging.getLogger(name).setLevel(was)
 
 
 # Real processes, torchrun, campaigns and long property runs: `./dev test -m "not slow"`

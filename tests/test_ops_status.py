@@ -193,6 +193,48 @@ def test_show_and_events_print_dates_and_zones(world, monkeypatch):
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
 
 
+def test_show_reads_at_80_columns_without_cutting_what_people_copy(world):
+    """The real CLI, piped at 80 columns: the pool, the instance id and the checkpoint are
+    whole, each attempt is two lines (when, how long, how it ended, cost), and the events
+    table does not repeat the job's id on every row."""
+    env = {**os.environ, "COLUMNS": "80", "TZ": "UTC", "PYTHONPATH": str(Path(__file__).parents[1])}
+    jid = world.ids["failed"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "scheduler", "show", jid, "-c", str(world.config)],
+        capture_output=True, text=True, env=env, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    lines = text.splitlines()
+    assert "…" not in text
+    (pool_line,) = [x for x in lines if "local-failed-0001" in x and "/h" in x]
+    assert re.fullmatch(
+        r"\s+1  aws/us-east-1a/p3\.2xlarge/spot  \$\d+\.\d\d/h  local-failed-0001", pool_line
+    )
+    span = lines[lines.index(pool_line) + 1]
+    assert re.fullmatch(
+        r"\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC -> \d\d:\d\d:\d\d \(10m00s\)  failed  \$\d+\.\d\d",
+        span,
+    ), span
+    assert f"checkpoint {world.job(jid).checkpoint_uri}\n" in text
+    table = [x for x in lines if x[:1] in "┏┃┡│└"]
+    assert table and all(len(x) <= 80 for x in table)
+    assert "JOB" not in table[1] and jid not in "".join(table)
+    assert "stderr of attempt 1 is empty" in text  # it failed without a word; was "last 0 lines"
+
+
+def test_times_on_the_sped_up_local_market_say_so(world):
+    """The local market's clock runs ahead of the wall clock: printed times say whose."""
+    world.config.write_text(world.config.read_text().replace("speedup = 1", "speedup = 120"))
+    r = _invoke(world, "show", world.ids["running"])
+    assert r.exit_code == 0, r.output
+    assert "(local-market time, 120x real time)" in r.stdout
+    r = _invoke(world, "events")
+    assert r.exit_code == 0 and "events (local-market time, 120x real time)" in r.stdout
+    world.config.write_text(world.config.read_text().replace("speedup = 120", "speedup = 1"))
+    assert "local-market time" not in _invoke(world, "events").stdout
+
+
 def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):
     w = make_ops_world(tmp_path, beat=False)
 

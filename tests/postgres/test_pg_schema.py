@@ -14,6 +14,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlmodel import SQLModel
 
+from scheduler import views
 from scheduler.db import current_revision, head_revision, make_engine, open_db, upgrade
 from scheduler.errors import UserError
 
@@ -94,6 +95,12 @@ def test_submit_and_status_against_postgresql(tmp_path, pg_url):
     ]
     assert r.returncode == 3 and doc["daemon"] is None  # no daemon yet: said, and exit 3
     assert "no spotwise daemon has run" in doc["daemon_warning"]
+    # PostgreSQL returns datetimes, not SQLite's text: the times still read as json_default's.
+    engine = make_engine(pg_url)
+    rows = views.job_rows(engine)
+    assert rows[0]["created_at"].tzinfo is not None
+    assert json.loads(json.dumps(rows, default=views.json_default)) == doc["jobs"]
+    assert views.job_rows(engine, iso_times=True) == doc["jobs"]
 
 
 def test_an_unreachable_server_is_one_line(tmp_path, pg_url):

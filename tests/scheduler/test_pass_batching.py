@@ -116,6 +116,41 @@ def test_the_status_document_encodes_byte_for_byte_as_json_dumps(make_world, war
         assert views.dumps_document(doc) == expected
 
 
+def test_status_rows_with_iso_times_are_what_json_default_writes_in_time_order(make_world):
+    """The -o json path formats times in SQL and sorts there: the text must be exactly
+    json_default's (a zero fraction dropped, six digits otherwise) and the order by time,
+    not by text (".5Z" sorts before "Z" as text but is later)."""
+    from sqlmodel import Session
+
+    from scheduler.models import Attempt, AttemptState, Job
+
+    w = make_world()
+    whole = w.submit(name="whole", gpus="V100:1")
+    w.clock.advance(0.5)
+    half = w.submit(name="half", gpus="V100:1", deadline="2026-06-02T00:00:00.000123Z")
+    w.clock.advance(0.25)
+    done = w.submit(name="done", gpus="V100:1")
+    w.tick()
+    with Session(w.rec.engine) as s:
+        job = s.get(Job, done)
+        job.state = JobState.SUCCEEDED
+        (a,) = w.attempts(done)
+        ended = s.get(Attempt, a.id)
+        ended.state = AttemptState.ENDED
+        s.add_all([job, ended])
+        s.commit()
+    rows = views.job_rows(w.rec.engine)
+    iso = views.job_rows(w.rec.engine, iso_times=True)
+    assert [r["id"] for r in rows] == [half, whole, done]  # active newest first, then finished
+    assert json.loads(json.dumps(rows, default=views.json_default)) == iso
+    by_id = {r["id"]: r for r in iso}
+    assert by_id[whole]["created_at"].endswith(":00Z") and "." not in by_id[whole]["created_at"]
+    assert by_id[half]["created_at"].endswith(":00.500000Z")
+    assert by_id[half]["deadline"] == "2026-06-02T00:00:00.000123Z"
+    assert by_id[whole]["deadline"] is None and by_id[whole]["instance_id"] is not None
+    assert by_id[done]["instance_id"] is None  # an ended attempt is not shown
+
+
 def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
     """Accrued past an end learned late: the refund lands in the buckets already written
     for those hours (one preload, no duplicate bucket), and buckets sum to the cost."""

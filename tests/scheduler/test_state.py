@@ -164,3 +164,39 @@ def test_a_0_1_database_is_migrated_in_place(tmp_path):
     assert con.execute("SELECT spent_usd FROM budgetspend").fetchone() == (1.5,)
     tables = {r[0] for r in sqlite3.connect(db).execute("SELECT name FROM sqlite_master")}
     assert "schemaversion" not in tables and {"spendbucket", "daemonlease"} <= tables
+
+
+def test_the_head_read_from_the_migration_files_is_alembics():
+    """`head_revision` parses the files (the CLI avoids importing Alembic): the same answer."""
+    from alembic.config import Config as AlembicConfig
+    from alembic.script import ScriptDirectory
+
+    from scheduler.db import MIGRATIONS
+
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    assert head_revision() == ScriptDirectory.from_config(cfg).get_current_head()
+
+
+def test_status_does_not_import_alembic_or_the_daemon(tmp_path):
+    """Every CLI start pays for what it imports: `status` needs neither the migrations
+    machinery nor the controllers and simulator that `bench` pulls in."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "s.db"
+    open_db(f"sqlite:///{db}")
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\ndatabase_url = "sqlite:///{db}"\n')
+    probe = (
+        "import sys, runpy\n"
+        f"sys.argv = ['spotwise', 'status', '-o', 'json', '-c', {str(cfg)!r}]\n"
+        "try:\n    runpy.run_module('scheduler', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "loaded = [m for m in ('alembic', 'scheduler.reconcile', 'scheduler.bench') "
+        "if m in sys.modules]\n"
+        "print('LOADED', loaded)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert '"jobs": []' in r.stdout, r.stderr
+    assert "LOADED []" in r.stdout, r.stdout[-300:]

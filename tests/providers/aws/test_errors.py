@@ -52,6 +52,7 @@ def test_credentials_never_leak(make_provider, moto, session, caplog):
     """An auth failure is fatal; no message, event or log line (botocore's debug output
     included) carries the secret."""
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="botocore")  # whatever configured it before
     fail_times(session, "RunInstances", "AuthFailure", times=99, status=401)
     p = make_provider(prices=False, instance_types=["g5.xlarge"])
     with pytest.raises(FatalError, match="AuthFailure") as exc:
