@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import resource
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -139,6 +142,8 @@ class Row:
     accrue_cpu_s: float
     status_ms: float
     status_cpu_ms: float
+    status_cli_ms: float
+    end_pass_cpu_s: float
     idle_cpu_pct: float
     rss_mb: float
 
@@ -167,7 +172,7 @@ def _status_json(engine: sa.Engine) -> str:
     return str(dumps(document))
 
 
-def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
+def measure(jobs: int, history: int, idle_seconds: float, workdir: Path, cli_runs: int = 3) -> Row:
     db = workdir / f"bench-{jobs}-{history}.db"
     engine = open_db(f"sqlite:///{db}")
     clock = SimClock(T0)
@@ -195,12 +200,16 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
     status_ms = (time.perf_counter() - t) * 1000
     status_cpu_ms = (_cpu() - c) * 1000
     assert len(json.loads(doc)["jobs"]) == jobs + history
-    # Idle: everything finished, the daemon keeps its default schedule for a while.
+    status_cli_ms = _status_cli_ms(db, workdir, cli_runs)
+    # Every instance ends at once (a fleet finishing, or a zone reclaimed): one pass settles all.
     for inst in cloud.running():
         cloud.end(inst.id, EndReason.EXITED, exit_code=0)
     clock.advance(5)
+    t = _cpu()
     rec.reconcile()
+    end_pass = _cpu() - t
     rec.accrue()
+    # Idle: everything finished, the daemon keeps its default schedule for a while.
     d = config.daemon
     start_wall, start_cpu = time.monotonic(), _cpu()
     next_at = {"reconcile": 0.0, "accrue": 0.0, "poll_prices": 0.0}
@@ -228,17 +237,40 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path) -> Row:
         round(accrue, 3),
         round(status_ms, 1),
         round(status_cpu_ms, 1),
+        round(status_cli_ms, 1),
+        round(end_pass, 3),
         round(idle_pct, 2),
         round(rss, 1),
     )
 
 
-def run(sizes: list[int], histories: list[int], idle_seconds: float) -> list[Row]:
+def _status_cli_ms(db: Path, workdir: Path, runs: int = 3) -> float:
+    """`spotwise status -o json` as a person runs it, a new process each time (interpreter
+    start and imports included): the median wall time of `runs`."""
+    cfg = workdir / "bench-status.toml"
+    cfg.write_text(f'[daemon]\nstate_dir = "{workdir}"\ndatabase_url = "sqlite:///{db}"\n')
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        proc = subprocess.run(
+            [sys.executable, "-m", "scheduler", "status", "-o", "json", "-c", str(cfg)],
+            capture_output=True,
+            timeout=300,
+        )
+        times.append((time.perf_counter() - t) * 1000)
+        if proc.returncode not in (0, 3):  # 3: no daemon heartbeat, expected here
+            raise RuntimeError(f"status failed: {proc.stderr.decode()[-500:]}")
+    return statistics.median(times)
+
+
+def run(
+    sizes: list[int], histories: list[int], idle_seconds: float, cli_runs: int = 3
+) -> list[Row]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="spotwise-bench-daemon-") as tmp:
         for history in histories:
             for n in sizes:
-                rows.append(measure(n, history, idle_seconds, Path(tmp)))
+                rows.append(measure(n, history, idle_seconds, Path(tmp), cli_runs))
     return rows
 
 
@@ -267,6 +299,10 @@ def verdicts(rows: list[Row]) -> list[str]:
                 f"({b.status_cpu_ms:.0f} ms CPU; target < 300 ms at 10,000): {quick}"
             )
             out.append(
+                f"history {h}: `spotwise status -o json` as a new process "
+                f"{b.status_cli_ms:.0f} ms (interpreter start and imports included)"
+            )
+            out.append(
                 f"history {h}: idle {b.idle_cpu_pct:.2f}% of a core, {b.rss_mb:.0f} MB "
                 f"(target < 1%, < 150 MB)"
             )
@@ -287,7 +323,7 @@ def bench_daemon(
     """The daemon's own cost: CPU per pass and per job, status time, idle CPU and memory."""
     sizes = jobs or ([10, 100] if quick else [100, 1000, 10000])
     histories = history or ([0, 100] if quick else [0, 10000])
-    rows = run(sizes, histories, 1.0 if quick else idle)
+    rows = run(sizes, histories, 1.0 if quick else idle, 1 if quick else 3)
     if output == "json":
         typer.echo(
             json.dumps({"rows": [asdict(r) for r in rows], "verdicts": verdicts(rows)}, indent=2)
@@ -303,6 +339,8 @@ def bench_daemon(
         "accrue s",
         "status ms",
         "st cpu ms",
+        "st cli ms",
+        "end s",
         "idle %",
         "RSS MB",
     )
@@ -318,6 +356,8 @@ def bench_daemon(
             r.accrue_cpu_s,
             r.status_ms,
             r.status_cpu_ms,
+            r.status_cli_ms,
+            r.end_pass_cpu_s,
             r.idle_cpu_pct,
             r.rss_mb,
         )

@@ -18,4 +18,5 @@ def test_bench_daemon_quick_json():
     for r in rows:
         assert r["launch_pass_cpu_s"] > 0 and r["steady_pass_cpu_s"] > 0
         assert r["status_ms"] > 0 and r["rss_mb"] > 0 and r["idle_cpu_pct"] >= 0
+        assert r["status_cli_ms"] > r["status_ms"] and r["end_pass_cpu_s"] > 0
     assert any("per-job launch-pass cost" in v for v in doc["verdicts"])
