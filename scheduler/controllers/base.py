@@ -35,6 +35,10 @@ from scheduler.models import AttemptState, JobState
 from scheduler.store import CheckpointStores, StoreError
 
 LIVE = (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)
+# Rows whose writes (intents, waiting reasons, attempts seen running or ended) share one
+# transaction: large enough that a pass costs few commits, small enough that the write lock
+# is brief.
+WRITE_BATCH = 500
 ACTIVE_JOB_STATES = (
     JobState.PENDING,
     JobState.LAUNCHING,

@@ -13,6 +13,7 @@ launch timeout is stopped and its pool marked.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,7 +33,9 @@ from scheduler.clock import Clock
 from scheduler.config import Config
 from scheduler.controllers.base import (
     LIVE,
+    WRITE_BATCH,
     Clouds,
+    CrashForTest,
     Db,
     describing,
     hours,
@@ -52,6 +55,9 @@ from scheduler.models import (
     PoolState,
 )
 from scheduler.store import CheckpointStores, StoreError
+
+log = logging.getLogger("spotwise.reconcile")
+_NOT_RECORDED = "attempt %s: recording what the cloud said failed; retried next pass"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,7 @@ class InstanceController:
             with self.db.write() as s:
                 for name, err in failed.items():
                     emit(s, now, "describe_failed", f"{name}: {safe_message(err)}", level="warning")
+        todo: list[tuple[_Live, Instance]] = []
         for name, xs in by_provider.items():
             r = results.get(name)
             if r is None or r.value is None:
@@ -150,7 +157,8 @@ class InstanceController:
                     continue
                 if inst.state is InstanceState.NOT_FOUND and now - x.since < delay:
                     continue  # launched moments ago; eventually consistent API
-                self._apply(x, inst, now)
+                todo.append((x, inst))
+        self._apply_all(todo, now)
         for a, uri in gangs:
             r = results.get(a.provider)
             open_nodes = [n for n in nodes.get(a.id, []) if n.state is not AttemptState.ENDED]
@@ -353,48 +361,98 @@ class InstanceController:
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
         )
 
-    def _apply(self, x: _Live, inst: Instance, now: datetime) -> None:
+    def _apply_all(self, items: list[tuple[_Live, Instance]], now: datetime) -> None:
+        """Record what the listing showed: store reads first (I/O, outside any transaction),
+        then a batch of attempts per transaction, so a wave of thousands of instances
+        starting or being reclaimed is a few commits, not one each. A batch that fails is
+        written again attempt by attempt: one bad attempt is logged alone."""
+        ready: list[tuple[_Live, Instance, Ended | None]] = []
+        for x, inst in items:
+            try:
+                prepared = self._prepare(x, inst, now)
+            except CrashForTest:
+                raise
+            except Exception:
+                log.exception(_NOT_RECORDED, x.attempt_id)
+                continue
+            if prepared is not None:
+                ready.append(prepared)
+        for k in range(0, len(ready), WRITE_BATCH):
+            batch = ready[k : k + WRITE_BATCH]
+            try:
+                self._write(batch, now)
+                continue
+            except CrashForTest:
+                raise
+            except Exception:
+                if len(batch) == 1:
+                    log.exception(_NOT_RECORDED, batch[0][0].attempt_id)
+                    continue
+            for one in batch:
+                try:
+                    self._write([one], now)
+                except CrashForTest:
+                    raise
+                except Exception:
+                    log.exception(_NOT_RECORDED, one[0].attempt_id)
+
+    def _prepare(
+        self, x: _Live, inst: Instance, now: datetime
+    ) -> tuple[_Live, Instance, Ended | None] | None:
+        """What to write for one attempt (None: nothing). An ended instance's outcome is
+        read from the checkpoint store here, before any transaction."""
         if (
             inst.state is InstanceState.RUNNING
             and not x.launching
             and x.started
             and (inst.notice_at is None or x.noticed)
         ):
-            return  # running, as already recorded: `_running` would change nothing
-        ended = inst.state in (InstanceState.ENDED, InstanceState.NOT_FOUND)
-        facts: Ended | None = None
-        if ended:
-            try:
-                facts = self._ended_facts(x, inst)
-            except StoreError as e:
-                with self.db.write() as s:
-                    a = s.get(Attempt, x.attempt_id)
-                    if a is not None and a.ended_at is None:
-                        # Billing stops when the instance did; the outcome waits for the store.
-                        a.ended_at = min(inst.ended_at or now, now)
-                        s.add(a)
-                    msg = f"cannot read the checkpoint store ({e}); will retry"
-                    if a is not None and a.detail != msg:
-                        a.detail = msg
-                        s.add(a)
-                        emit(
-                            s,
-                            now,
-                            "store_unreadable",
-                            msg,
-                            job_id=x.job_id,
-                            attempt_id=x.attempt_id,
-                            level="warning",
-                        )
-                return
+            return None  # running, as already recorded: `_running` would change nothing
+        if inst.state not in (InstanceState.ENDED, InstanceState.NOT_FOUND):
+            return (x, inst, None)
+        try:
+            return (x, inst, self._ended_facts(x, inst))
+        except StoreError as e:
+            with self.db.write() as s:
+                a = s.get(Attempt, x.attempt_id)
+                if a is not None and a.ended_at is None:
+                    # Billing stops when the instance did; the outcome waits for the store.
+                    a.ended_at = min(inst.ended_at or now, now)
+                    s.add(a)
+                msg = f"cannot read the checkpoint store ({e}); will retry"
+                if a is not None and a.detail != msg:
+                    a.detail = msg
+                    s.add(a)
+                    emit(
+                        s,
+                        now,
+                        "store_unreadable",
+                        msg,
+                        job_id=x.job_id,
+                        attempt_id=x.attempt_id,
+                        level="warning",
+                    )
+            return None
+
+    def _write(self, batch: list[tuple[_Live, Instance, Ended | None]], now: datetime) -> None:
+        """One transaction for the batch: its attempts, node rows and pool states read in
+        three queries (the per-attempt lookups below then hit the session, not the database)."""
+        ids = [x.attempt_id for x, _, _ in batch]
         with self.db.write() as s:
-            a = s.get(Attempt, x.attempt_id)
-            if a is None or a.state not in LIVE:
-                return
-            if facts is None:
-                self._running(s, a, inst, now)
-            else:
-                self._end(s, a, inst, facts, now)
+            attempts = {a.id: a for a in s.exec(select(Attempt).where(col(Attempt.id).in_(ids)))}
+            nodes = nodes_of(s, ids)
+            pools = sorted({a.pool for a in attempts.values() if a.market == Market.SPOT.value})
+            if pools:
+                s.exec(select(PoolState).where(col(PoolState.pool).in_(pools))).all()
+            for x, inst, facts in batch:
+                a = attempts.get(x.attempt_id)
+                if a is None or a.state not in LIVE:
+                    continue
+                known = nodes.get(a.id, [])
+                if facts is None:
+                    self._running(s, a, inst, now, known)
+                else:
+                    self._end(s, a, inst, facts, now, known)
 
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:
         """What the cloud said plus what the job's wrapper left in the store (I/O: called
@@ -407,9 +465,9 @@ class InstanceController:
         failure = inst.failure.kind if inst.failure is not None else None
         return Ended(reason, code, done, x.stop_reason, failure)
 
-    def _running(self, s, a: Attempt, inst: Instance, now: datetime) -> None:  # type: ignore[no-untyped-def]
+    def _running(self, s, a: Attempt, inst: Instance, now: datetime, known=None) -> None:  # type: ignore[no-untyped-def]
         if inst.state is InstanceState.RUNNING and a.started_at is None:
-            record_nodes(s, a, [inst], now)  # node 0's row follows the attempt
+            record_nodes(s, a, [inst], now, known)  # node 0's row follows the attempt
         if inst.state is InstanceState.RUNNING and a.state is AttemptState.LAUNCHING:
             a.state = AttemptState.RUNNING
             if a.stop_requested_at is None:
@@ -447,9 +505,9 @@ class InstanceController:
             )
         s.add(a)
 
-    def _end(self, s, a: Attempt, inst: Instance, facts: Ended, now: datetime) -> None:  # type: ignore[no-untyped-def]
+    def _end(self, s, a: Attempt, inst: Instance, facts: Ended, now: datetime, known=None) -> None:  # type: ignore[no-untyped-def]
         end = classify_end(facts)
-        record_nodes(s, a, [inst], now)
+        record_nodes(s, a, [inst], now, known)
         a.state = AttemptState.ENDED
         a.ended_at = min(inst.ended_at or now, now)
         if a.started_at is None and end not in (AttemptEnd.LAUNCH_FAILED, AttemptEnd.REJECTED):

@@ -34,6 +34,7 @@ from scheduler.config import Config
 from scheduler.controllers.base import (
     ACTIVE_JOB_STATES,
     LIVE,
+    WRITE_BATCH,
     CatalogHolder,
     CrashForTest,
     Db,
@@ -70,9 +71,6 @@ from scheduler.store import CheckpointStores, StoreError
 
 log = logging.getLogger("spotwise.reconcile")
 PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure
-# Jobs whose writes (intents, waiting reasons, running-job updates) share one transaction:
-# large enough that a pass costs few commits, small enough that the write lock is brief.
-WRITE_BATCH = 500
 
 
 @dataclass
@@ -141,6 +139,7 @@ class Snapshot:
     jobs: list[Job]
     live: dict[str, Attempt]  # job id -> its live attempt
     last: dict[str, Attempt]  # job id -> its highest-numbered attempt
+    settled: set[str] = field(default_factory=set)  # settled this pass, before the loop
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +215,7 @@ class JobController:
                 return []  # an idle daemon's pass: one query
             facts = self._facts(s)
             snap = self._snapshot(s, jobs, only, facts)
+        self._settle_ended(snap, facts.now)
         intents: list[str] = []
         writes = _Writes()
         for job in snap.jobs:
@@ -333,8 +333,10 @@ class JobController:
             return
         last = snap.last.get(job.id)
         fresh: Job | None = job
-        if last is not None and last.end_reason is not None and job.settled_attempt != last.id:
-            self._settle(job.id, last, now)
+        if job.id in snap.settled:
+            pass  # its last attempt was settled in a batch this pass: on to placement
+        elif last is not None and last.end_reason is not None and job.settled_attempt != last.id:
+            self._settle(job.id, last, now)  # its batch failed: this job alone
             fresh = self._reread(job.id)
         elif job.cancel_requested:
             self._finish(job.id, JobState.CANCELLED, "cancelled by user", now)
@@ -706,33 +708,73 @@ class JobController:
         )
 
     # -- settling ----------------------------------------------------------------------------
+    def _settle_ended(self, snap: Snapshot, now: datetime) -> None:
+        """Settle every job whose last attempt ended, WRITE_BATCH jobs per transaction (a
+        wave of interruptions or of finished jobs is a few commits, not one per job), then
+        read those jobs back at once for the pass. A job of a batch that failed is left to
+        its own step, which settles it alone (and backs it off alone if it fails again)."""
+        due = [
+            (job, last)
+            for job in snap.jobs
+            if job.id not in snap.live
+            and (last := snap.last.get(job.id)) is not None
+            and last.end_reason is not None
+            and job.settled_attempt != last.id
+        ]
+        if not due:
+            return
+        for k in range(0, len(due), WRITE_BATCH):
+            batch = due[k : k + WRITE_BATCH]
+            try:
+                with self.db.write() as s:
+                    jobs = load_by_id(s, Job, [job.id for job, _ in batch])
+                    for job, last in batch:
+                        row = jobs.get(job.id)
+                        if row is not None:
+                            self._settle_in(s, row, last, now)
+            except CrashForTest:
+                raise
+            except Exception:
+                log.warning("settling %d jobs together failed; one by one", len(batch))
+                continue
+            snap.settled.update(job.id for job, _ in batch)
+        with self.db.read() as s:
+            fresh = load_by_id(s, Job, sorted(snap.settled))
+        snap.jobs = [fresh.get(j.id, j) if j.id in snap.settled else j for j in snap.jobs]
+        snap.jobs = [j for j in snap.jobs if j.id not in snap.settled or j.id in fresh]
+
     def _settle(self, job_id: str, last: Attempt, now: datetime) -> None:
-        cfg = self._config().daemon
         with self.db.write() as s:
             job = s.get(Job, job_id)
-            if job is None or job.settled_attempt == last.id or job.state.terminal:
-                return
-            assert last.end_reason is not None
-            t = settle(
-                JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
-                LastAttempt(last.id, last.end_reason, last.pool, last.exit_code, last.detail),
-                Limits(cfg.max_attempts, cfg.max_preemptions),
+            if job is not None:
+                self._settle_in(s, job, last, now)
+
+    def _settle_in(self, s: Session, job: Job, last: Attempt, now: datetime) -> None:
+        """The job's next state now that `last` ended (lifecycle.settle decides)."""
+        if job.settled_attempt == last.id or job.state.terminal:
+            return
+        cfg = self._config().daemon
+        assert last.end_reason is not None
+        t = settle(
+            JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
+            LastAttempt(last.id, last.end_reason, last.pool, last.exit_code, last.detail),
+            Limits(cfg.max_attempts, cfg.max_preemptions),
+        )
+        job.settled_attempt = last.id
+        job.recoveries += t.recoveries
+        job.failures += t.failures
+        job.updated_at = now
+        if t.state is JobState.HELD and job.state is JobState.HELD and job.reason:
+            pass  # the budget stop already wrote the full reason and the window
+        else:
+            job.state, job.reason = t.state, t.reason
+        if t.failures:
+            delay = backoff_seconds(
+                job.failures, cfg.backoff_base.total_seconds(), cfg.backoff_max.total_seconds()
             )
-            job.settled_attempt = last.id
-            job.recoveries += t.recoveries
-            job.failures += t.failures
-            job.updated_at = now
-            if t.state is JobState.HELD and job.state is JobState.HELD and job.reason:
-                pass  # the budget stop already wrote the full reason and the window
-            else:
-                job.state, job.reason = t.state, t.reason
-            if t.failures:
-                delay = backoff_seconds(
-                    job.failures, cfg.backoff_base.total_seconds(), cfg.backoff_max.total_seconds()
-                )
-                job.not_before = now + timedelta(seconds=delay)
-            s.add(job)
-            emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
+            job.not_before = now + timedelta(seconds=delay)
+        s.add(job)
+        emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
 
     def _finish(self, job_id: str, state: JobState, reason: str, now: datetime) -> None:
         with self.db.write() as s:

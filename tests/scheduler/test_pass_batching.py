@@ -8,8 +8,9 @@ import random
 from datetime import timedelta
 
 import pytest
+from sqlmodel import Session, select
 
-from providers.base import Market
+from providers.base import EndReason, Market
 from scheduler import views
 from scheduler.catalog import Catalog
 from scheduler.controllers.jobs import JobController
@@ -66,6 +67,86 @@ def test_a_job_whose_write_fails_is_isolated_from_its_batch(make_world, monkeypa
     job = w.job(bad)
     assert job.state is JobState.PENDING and job.step_failures == 1 and not w.attempts(bad)
     assert [e.job_id for e in w.events("step_failed")] == [bad]
+
+
+def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_world, monkeypatch):
+    """60 instances interrupted at once (a zone reclaimed): one pass records every end and
+    settles every job in a handful of commits (it was two per job), and each job is
+    RECOVERING with its attempt billed up to the end and its pool's interruption counted."""
+    from scheduler.models import AttemptEnd, PoolState
+
+    w = make_world()
+    ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(60)]
+    w.tick()
+    assert all(w.job(j).state is JobState.RUNNING for j in ids)
+    for inst in w.provider.running():
+        w.provider.end(inst.id, EndReason.INTERRUPTED)
+    calls = _count_writes(w, monkeypatch)
+    w.clock.advance(5)
+    w.rec.reconcile()
+    assert calls[0] <= 10, calls[0]
+    for j in ids:
+        first = w.attempts(j)[0]
+        assert first.end_reason is AttemptEnd.INTERRUPTED and first.ended_at is not None
+        assert w.job(j).recoveries == 1
+    assert len(w.events("recovering")) == 60 and len(w.events("attempt_interrupted")) == 60
+    with Session(w.rec.engine) as s:
+        pools = {p.pool: p.interruptions for p in s.exec(select(PoolState)).all()}
+    assert sum(pools.values()) == 60
+
+
+def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_world, monkeypatch):
+    """The batch that holds a bad attempt is written again one by one: the others end and
+    settle this pass; the bad one is retried (and ends) on a later pass."""
+    from scheduler.controllers.instances import InstanceController
+    from scheduler.models import AttemptState
+
+    w = make_world()
+    ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(6)]
+    w.tick()
+    for inst in w.provider.running():
+        w.provider.end(inst.id, EndReason.EXITED, exit_code=0)
+    bad = w.attempts(ids[2])[0].id
+    real = InstanceController._end
+
+    def broken(self, s, a, *args, **kw):
+        if a.id == bad:
+            raise RuntimeError("disk says no")
+        return real(self, s, a, *args, **kw)
+
+    monkeypatch.setattr(InstanceController, "_end", broken)
+    w.tick()
+    states = {j: w.job(j).state for j in ids}
+    assert [j for j, st in states.items() if st is not JobState.SUCCEEDED] == [ids[2]]
+    assert w.attempts(ids[2])[0].state is not AttemptState.ENDED
+    monkeypatch.setattr(InstanceController, "_end", real)
+    w.tick()
+    assert w.job(ids[2]).state is JobState.SUCCEEDED
+
+
+def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(make_world, monkeypatch):
+    """A settle that fails in the batch is retried in the job's own step, whose failure is
+    that job's alone (backed off, counted); every other job of the batch settles."""
+    w = make_world(backoff_base="60s")
+    ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(5)]
+    w.tick()
+    for inst in w.provider.running():
+        w.provider.end(inst.id, EndReason.EXITED, exit_code=0)
+    real = JobController._settle_in
+
+    def broken(self, s, job, last, now):
+        if job.id == ids[1]:
+            raise RuntimeError("disk says no")
+        return real(self, s, job, last, now)
+
+    monkeypatch.setattr(JobController, "_settle_in", broken)
+    w.tick()
+    assert [j for j in ids if w.job(j).state is not JobState.SUCCEEDED] == [ids[1]]
+    job = w.job(ids[1])
+    assert job.step_failures == 1 and [e.job_id for e in w.events("step_failed")] == [ids[1]]
+    monkeypatch.setattr(JobController, "_settle_in", real)
+    w.tick(61)
+    assert w.job(ids[1]).state is JobState.SUCCEEDED
 
 
 def test_the_pass_memo_never_changes_a_decision():
