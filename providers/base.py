@@ -15,6 +15,7 @@ Shaped for three clouds and gangs, not for EC2 alone:
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -235,9 +236,17 @@ class Capabilities:
         """A tag value as this cloud stores it (so the scheduler compares like with like)."""
         if self.lowercase_labels:
             value = value.lower()
-        allowed = re.compile(self.label_pattern)
-        value = "".join(c if allowed.fullmatch(c) else "_" for c in value)
+        if not _all_allowed(self.label_pattern).fullmatch(value):  # the rare case: rewrite
+            allowed = re.compile(self.label_pattern)
+            value = "".join(c if allowed.fullmatch(c) else "_" for c in value)
         return value[: self.label_max_length]
+
+
+@functools.cache
+def _all_allowed(char_pattern: str) -> re.Pattern[str]:
+    """A string made only of characters `char_pattern` allows (one regex call per label
+    rather than one per character: labels are written for every launch)."""
+    return re.compile(f"(?:{char_pattern})*")
 
 
 class ProviderError(Exception):
