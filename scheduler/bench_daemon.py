@@ -30,7 +30,6 @@ from providers.fake import FakeCloud
 from scheduler import views
 from scheduler.clock import SimClock
 from scheduler.config import Config, DaemonSettings
-from scheduler.daemon import tune_collector
 from scheduler.db import open_db, open_existing
 from scheduler.jobs import new_job_id
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Job, JobState, SpendBucket
@@ -182,7 +181,6 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path, cli_run
     cloud = FakeCloud(_offerings(), clock=clock, start_running=True)
     config = Config(daemon=DaemonSettings(database_url=f"sqlite:///{db}", state_dir=workdir))
     rec = Reconciler(engine, config, {"fake": cloud}, clock)
-    tune_collector()  # as the daemon does when it starts
     rec.poll_prices()
     _insert_jobs(engine, history, finished=True, now=clock.now(), stores=workdir / "stores")
     _insert_jobs(engine, jobs, finished=False, now=clock.now(), stores=workdir / "stores")

@@ -20,7 +20,6 @@ with a message, and an invalid file keeps the running config.
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import threading
@@ -75,15 +74,6 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     if (ol is None) != (nl is None) or (ol and nl and ol.state_dir != nl.state_dir):
         out.append("providers.local")
     return sorted(set(out))
-
-
-def tune_collector() -> None:
-    """The daemon's heap is large and long-lived (modules, the catalog, a pass's rows): move
-    what exists at start out of the collector's sight and collect the young generation less
-    often, so full collections stop re-scanning it. A pass over thousands of jobs spent about
-    a quarter of its CPU in the collector otherwise. (`spotwise bench daemon` does the same.)"""
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
 
 
 class Daemon:
@@ -275,7 +265,6 @@ class Daemon:
 
     def run(self) -> int:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
-        tune_collector()
         if self.config.daemon.metrics_port is not None:
             self.metrics.serve(self.config.daemon.metrics_port)
         if self.lease is not None:

@@ -45,11 +45,13 @@ def prune(
 
 def _superseded_policy_states() -> sa.Delete:
     """A finished job's PolicyState only serves to warm the next job of its shape, which
-    reads the newest row of that shape: every older row of a finished job is dead weight
-    (one per deadline job ever run, otherwise)."""
+    reads the newest row of that shape: every older row of a job that cannot run again is
+    dead weight (one per deadline job ever run, otherwise)."""
     ps, newer = PolicyState.__table__, sa.alias(PolicyState.__table__, "newer")  # type: ignore[attr-defined]
+    # FAILED jobs can be requeued (and resume with their own state): theirs is kept.
+    done = [x.value for x in JobState if x.terminal and x is not JobState.FAILED]
     finished = sa.select(Job.id).where(  # type: ignore[call-overload]
-        sa.type_coerce(Job.state, sa.String).in_([x.value for x in JobState if x.terminal])
+        sa.type_coerce(Job.state, sa.String).in_(done)
     )
     superseded = sa.exists().where(
         newer.c.shape == ps.c.shape,

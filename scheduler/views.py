@@ -180,8 +180,9 @@ def job_rows(
         .where(_raw(a.state).in_(_LIVE))
         .where(~sa.exists().where(later.job_id == a.job_id, later.number > a.number))
         .cte("live")
-        .prefix_with("MATERIALIZED")
     )
+    if _can_materialize(engine):
+        live = live.prefix_with("MATERIALIZED")
     c = live.c
     # SQLite stores times as text: rewriting it there is much cheaper than per-value Python.
     in_sql = iso_times and engine.dialect.name == "sqlite"
@@ -232,6 +233,22 @@ def job_rows(
         )
         for r in _fetch(engine, q)
     ]
+
+
+def _can_materialize(engine: Engine) -> bool:
+    """`WITH x AS MATERIALIZED` exists from SQLite 3.35 and PostgreSQL 12; older ones get
+    the plain CTE (the same rows, planned per job)."""
+    if engine.dialect.name == "sqlite":
+        import sqlite3
+
+        return sqlite3.sqlite_version_info >= (3, 35)
+    if engine.dialect.name == "postgresql":
+        version = engine.dialect.server_version_info
+        if version is None:  # not connected yet: ask once
+            with engine.connect():
+                version = engine.dialect.server_version_info
+        return version is not None and version >= (12,)
+    return False
 
 
 def _iso_text(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:

@@ -412,7 +412,9 @@ class InstanceController:
             return (x, inst, None)
         try:
             return (x, inst, self._ended_facts(x, inst))
-        except StoreError as e:
+        except CrashForTest:
+            raise
+        except Exception as e:  # StoreError, or a store file we cannot parse
             with self.db.write() as s:
                 a = s.get(Attempt, x.attempt_id)
                 if a is not None and a.ended_at is None:
@@ -436,14 +438,19 @@ class InstanceController:
 
     def _write(self, batch: list[tuple[_Live, Instance, Ended | None]], now: datetime) -> None:
         """One transaction for the batch: its attempts, node rows and pool states read in
-        three queries (the per-attempt lookups below then hit the session, not the database)."""
+        three queries (the per-attempt lookups below then hit the session, not the database,
+        except for a pool seen for the first time)."""
         ids = [x.attempt_id for x, _, _ in batch]
         with self.db.write() as s:
             attempts = {a.id: a for a in s.exec(select(Attempt).where(col(Attempt.id).in_(ids)))}
             nodes = nodes_of(s, ids)
             pools = sorted({a.pool for a in attempts.values() if a.market == Market.SPOT.value})
-            if pools:
-                s.exec(select(PoolState).where(col(PoolState.pool).in_(pools))).all()
+            # Held here: the session's identity map is weak, so unreferenced rows would go.
+            held = (
+                list(s.exec(select(PoolState).where(col(PoolState.pool).in_(pools))))
+                if pools
+                else []
+            )
             for x, inst, facts in batch:
                 a = attempts.get(x.attempt_id)
                 if a is None or a.state not in LIVE:
@@ -453,6 +460,7 @@ class InstanceController:
                     self._running(s, a, inst, now, known)
                 else:
                     self._end(s, a, inst, facts, now, known)
+            del held
 
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:
         """What the cloud said plus what the job's wrapper left in the store (I/O: called
@@ -509,7 +517,10 @@ class InstanceController:
         end = classify_end(facts)
         record_nodes(s, a, [inst], now, known)
         a.state = AttemptState.ENDED
-        a.ended_at = min(inst.ended_at or now, now)
+        ended_at = min(inst.ended_at or now, now)
+        # An end already recorded (the store was unreadable then) stands: a cloud that has
+        # forgotten the instance since has no end time, and billing must not resume.
+        a.ended_at = ended_at if a.ended_at is None else min(a.ended_at, ended_at)
         if a.started_at is None and end not in (AttemptEnd.LAUNCH_FAILED, AttemptEnd.REJECTED):
             # Ended before we saw it run: bill from the cloud's launch time, if it has one.
             a.started_at = (

@@ -116,6 +116,35 @@ def test_an_unreadable_store_is_never_read_as_absent(make_world, monkeypatch):
     assert w.job(jid).state is JobState.SUCCEEDED
 
 
+def test_billing_stays_stopped_when_the_store_comes_back_after_the_cloud_forgot(
+    make_world, monkeypatch
+):
+    """The store is unreadable when the instance goes: billing stops there. Two hours later
+    the store answers and the cloud no longer knows the instance (no end time): the attempt
+    keeps its first end, and the outage is not billed."""
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(jid)
+    real = CheckpointStores.read
+
+    def denied(self, uri, name):
+        raise StoreError("s3://bucket/ckpt/DONE: AccessDenied")
+
+    monkeypatch.setattr(CheckpointStores, "read", denied)
+    del w.provider.instances[a.instance_id]  # NOT_FOUND from now on
+    w.tick()
+    first_end = w.attempts(jid)[0].ended_at
+    assert first_end is not None
+    w.tick(3600, n=2)
+    monkeypatch.setattr(CheckpointStores, "read", real)
+    w.tick()
+    (a,) = w.attempts(jid)
+    assert a.state is AttemptState.ENDED and a.ended_at == first_end
+    hours = (first_end - a.started_at).total_seconds() / 3600
+    assert a.cost_usd == pytest.approx(a.price_per_hour * hours, rel=1e-6)
+
+
 def test_s3_access_denied_is_an_error_not_absent():
     from botocore.exceptions import ClientError
 

@@ -232,6 +232,20 @@ def test_status_rows_with_iso_times_are_what_json_default_writes_in_time_order(m
     assert by_id[done]["instance_id"] is None  # an ended attempt is not shown
 
 
+def test_status_rows_on_an_sqlite_without_materialized_ctes(make_world, monkeypatch):
+    """SQLite before 3.35 has no `AS MATERIALIZED`: the plain CTE gives the same rows."""
+    import sqlite3
+
+    w = make_world()
+    for i in range(3):
+        w.submit(name=f"j{i}", gpus="V100:1")
+    w.tick()
+    rows = views.job_rows(w.rec.engine, iso_times=True)
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
+    assert not views._can_materialize(w.rec.engine)
+    assert views.job_rows(w.rec.engine, iso_times=True) == rows
+
+
 def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
     """Accrued past an end learned late: the refund lands in the buckets already written
     for those hours (one preload, no duplicate bucket), and buckets sum to the cost."""

@@ -57,7 +57,8 @@ def test_retention_keeps_the_policy_state_a_new_job_would_warm_from(tmp_path):
     engine = open_db(f"sqlite:///{tmp_path}/db.sqlite")
     rows = {  # job: (state, shape, age in hours)
         "j-old": (JobState.SUCCEEDED, "a", 3),
-        "j-new": (JobState.FAILED, "a", 1),
+        "j-new": (JobState.SUCCEEDED, "a", 1),
+        "j-failed": (JobState.FAILED, "a", 4),  # may be requeued: it resumes from its own
         "j-live": (JobState.RUNNING, "a", 5),
         "j-tie": (JobState.CANCELLED, "a", 1),  # same time as j-new: the id breaks the tie
         "j-alone": (JobState.SUCCEEDED, "b", 9),
@@ -88,5 +89,5 @@ def test_retention_keeps_the_policy_state_a_new_job_would_warm_from(tmp_path):
     assert out["policy_states"] == 2
     with Session(engine) as s:
         kept = sorted(p.job_id for p in s.exec(select(PolicyState)).all())
-    assert kept == ["j-alone", "j-live", "j-tie"]
+    assert kept == ["j-alone", "j-failed", "j-live", "j-tie"]
     assert prune(engine, NOW, DaemonSettings(), {})["policy_states"] == 0

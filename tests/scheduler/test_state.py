@@ -200,19 +200,3 @@ def test_status_does_not_import_alembic_or_the_daemon(tmp_path):
     r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert '"jobs": []' in r.stdout, r.stderr
     assert "LOADED []" in r.stdout, r.stdout[-300:]
-
-
-def test_the_daemon_tunes_the_collector_for_its_long_lived_heap():
-    """What `spotwise bench daemon` measures with is what the daemon runs with."""
-    import gc
-
-    from scheduler import bench_daemon, daemon
-
-    before = gc.get_threshold()
-    try:
-        daemon.tune_collector()
-        assert gc.get_threshold() == (50_000, 20, 100) and gc.get_freeze_count() > 0
-        assert bench_daemon.tune_collector is daemon.tune_collector
-    finally:
-        gc.unfreeze()
-        gc.set_threshold(*before)

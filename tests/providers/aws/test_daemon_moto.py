@@ -187,7 +187,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
             }
         ],
     )["Instances"][0]["InstanceId"]
-    tick()
+    tick(31)  # the next leak sweep (every grace / 4 = 30 s here) sees it: its grace starts
     assert _state(moto, leak) == "running"  # within the grace period
     tick(150)
     assert _state(moto, leak) == "terminated"

@@ -96,7 +96,7 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     # A labelled VM that belongs to no attempt is a leak: deleted after the grace.
     fake.add_instance("us-central1-b", "sw-ghost", {"spotwise-owner": "spotwise",
                                                      "spotwise-attempt": "ghost-a1"})  # fmt: skip
-    tick()
+    tick(31)  # the next leak sweep (at most grace / 4 apart) sees it: its grace starts
     assert any(n == "sw-ghost" for _, n in fake.instances)
     tick(150)
     assert not any(n == "sw-ghost" for _, n in fake.instances)
@@ -146,6 +146,7 @@ def test_daemon_job_exit_succeeds_and_the_stopped_vm_is_collected(fake: FakeGcp,
         tick()
     assert status(cfg)[job_id]["state"] == "SUCCEEDED"
     assert any(n == vm for _, n in fake.instances)  # stopped, not yet deleted
+    tick(31)  # a leak sweep sees it (sweeps are at most grace / 4 apart)
     tick(150)
     tick()
     assert not any(n == vm for _, n in fake.instances)
