@@ -113,3 +113,12 @@ def same_params(a: Path, b: Path) -> bool:
 
 def progress(ckpt: Path) -> dict:
     return json.loads((ckpt / "progress.json").read_text())
+
+
+def write_notice(path: Path, doc: dict | str) -> None:
+    """Write a local-market notice as the market does (a temporary file, then a rename): a
+    trainer polling every 20 ms must never read a half-written file."""
+    text = doc if isinstance(doc, str) else json.dumps(doc)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

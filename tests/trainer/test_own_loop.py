@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import REPO, env, losses, progress
+from tests.trainer.helpers import REPO, env, losses, progress, write_notice
 from trainer import EXIT_FENCED, EXIT_PREEMPTED, contract
 
 EXAMPLE = [sys.executable, "-m", "trainer.examples.own_loop", "--steps", "30", "--save-every", "10"]
@@ -54,7 +54,7 @@ def test_own_loop_notice_exit_75_and_exact_resume(tmp_path: Path) -> None:
         while not (log.exists() and len(log.read_text().splitlines()) >= 13):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.02)  # waiting on a real process
-        notice.write_text(json.dumps({"action": "terminate", "time": "2099-01-01T00:00:00Z"}))
+        write_notice(notice, json.dumps({"action": "terminate", "time": "2099-01-01T00:00:00Z"}))
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
@@ -96,7 +96,7 @@ def test_own_loop_on_two_ranks_keeps_75_through_the_launcher(tmp_path: Path) -> 
         while not (path.exists() and json.loads(path.read_text())["step"] >= 1):
             assert time.monotonic() < deadline and proc.poll() is None
             time.sleep(0.05)  # waiting on real processes
-        notice.write_text('{"action": "terminate"}')
+        write_notice(notice, '{"action": "terminate"}')
         _, err = proc.communicate(timeout=100)
     finally:
         proc.kill()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.fakes import FakeAzureEvents, FakeGcpMetadata, FakeImds
-from tests.trainer.helpers import REPO, env, progress, tiny_args
+from tests.trainer.helpers import REPO, env, progress, tiny_args, write_notice
 from trainer import EXIT_PREEMPTED
 from trainer.config import PreemptionConfig
 from trainer.preemption import (
@@ -75,7 +75,7 @@ def test_file_watcher_and_selection(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     notice = tmp_path / "notice.json"
     w = FileWatcher(notice, 0.01)
     assert w.check() is None
-    notice.write_text('{"action": "terminate", "time": "2026-11-29T15:00:00Z"}')
+    write_notice(notice, '{"action": "terminate", "time": "2026-11-29T15:00:00Z"}')
     assert w.check() is not None
     for cloud, kind in [("aws", AwsWatcher), ("gcp", GcpWatcher), ("azure", AzureWatcher)]:
         monkeypatch.setenv("SPOTWISE_CLOUD", cloud)
@@ -101,8 +101,8 @@ def test_notice_from_every_source_checkpoints_and_exits_75(tmp_path: Path) -> No
             "azure": ({"SPOTWISE_AZURE_METADATA_ENDPOINT": azure.endpoint}, azure.preempt),
             "local": (
                 {"SPOTWISE_NOTICE_FILE": str(notice_file)},
-                lambda: notice_file.write_text(
-                    json.dumps({"action": "terminate", "time": "2026-11-29T15:00:30Z"})
+                lambda: write_notice(
+                    notice_file, json.dumps({"action": "terminate", "time": "2026-11-29T15:00:30Z"})
                 ),
             ),
         }
@@ -170,7 +170,7 @@ def test_notices_carry_deadlines() -> None:
 
 def test_file_watcher_reads_the_notice_time(tmp_path: Path) -> None:
     notice = tmp_path / "n.json"
-    notice.write_text('{"action": "terminate", "time": "2026-11-29T15:00:30+00:00"}')
+    write_notice(notice, '{"action": "terminate", "time": "2026-11-29T15:00:30+00:00"}')
     from datetime import UTC, datetime
 
     found = FileWatcher(notice, 0.01).check()
@@ -219,7 +219,7 @@ def test_a_save_that_cannot_fit_the_notice_is_reported(tmp_path: Path) -> None:
     )
     try:
         _wait(lambda: (ckpt / "latest").exists(), timeout=90)  # one save measured
-        notice.write_text(json.dumps({"action": "terminate", "time": "2020-01-01T00:00:00Z"}))
+        write_notice(notice, json.dumps({"action": "terminate", "time": "2020-01-01T00:00:00Z"}))
         _, err = proc.communicate(timeout=60)
     finally:
         proc.kill()
