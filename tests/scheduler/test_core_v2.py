@@ -93,17 +93,32 @@ def test_max_preemptions_is_its_own_budget(make_world):
     assert job.state is JobState.FAILED and "max_preemptions" in job.reason
 
 
-def test_an_unreadable_store_is_never_read_as_absent(make_world, monkeypatch):
-    w = make_world()
-    jid = w.submit(gpus="V100:1")
-    w.tick()
-    (a,) = w.attempts(jid)
+def _deny_store_reads(monkeypatch):
+    """Every checkpoint-store read fails as S3 AccessDenied would; returns the real read."""
     real = CheckpointStores.read
 
     def denied(self, uri, name):
         raise StoreError("s3://bucket/ckpt/DONE: AccessDenied")
 
     monkeypatch.setattr(CheckpointStores, "read", denied)
+    return real
+
+
+def _corrupt_spec(w, job_id: str) -> None:
+    """A job whose stored spec no longer parses: every step of it fails."""
+    with Session(w.rec.engine) as s:
+        j = s.get(Job, job_id)
+        j.spec_json = "{not json"
+        s.add(j)
+        s.commit()
+
+
+def test_an_unreadable_store_is_never_read_as_absent(make_world, monkeypatch):
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(jid)
+    real = _deny_store_reads(monkeypatch)
     w.provider.end(a.instance_id, EndReason.EXITED, exit_code=None)
     w.tick(n=3)
     (a,) = w.attempts(jid)
@@ -126,12 +141,7 @@ def test_billing_stays_stopped_when_the_store_comes_back_after_the_cloud_forgot(
     jid = w.submit(gpus="V100:1")
     w.tick()
     (a,) = w.attempts(jid)
-    real = CheckpointStores.read
-
-    def denied(self, uri, name):
-        raise StoreError("s3://bucket/ckpt/DONE: AccessDenied")
-
-    monkeypatch.setattr(CheckpointStores, "read", denied)
+    real = _deny_store_reads(monkeypatch)
     del w.provider.instances[a.instance_id]  # NOT_FOUND from now on
     w.tick()
     first_end = w.attempts(jid)[0].ended_at
@@ -221,11 +231,7 @@ def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_
     w = make_world(quarantine_after=4, backoff_base="1s", backoff_max="1s")
     bad = w.submit(name="bad", gpus="V100:1")
     good = w.submit(name="good", gpus="V100:1")
-    with Session(w.rec.engine) as s:
-        j = s.get(Job, bad)
-        j.spec_json = "{not json"
-        s.add(j)
-        s.commit()
+    _corrupt_spec(w, bad)
     for _ in range(6):
         w.tick(5)
     assert w.job(good).state is JobState.RUNNING
@@ -233,6 +239,22 @@ def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_
     assert job.state is JobState.FAILED and "quarantined" in job.reason
     assert len(w.events("step_failed")) == 1
     assert len(w.events("quarantined")) == 1
+
+
+def test_a_running_job_quarantined_stays_failed_and_its_attempt_says_why(make_world):
+    """Its instance is stopped, and the stop is not mistaken for a user's cancel."""
+    w = make_world(quarantine_after=3, backoff_base="1s", backoff_max="1s", stop_grace="5s")
+    bad = w.submit(name="bad", gpus="V100:1")
+    w.tick()
+    assert w.job(bad).state is JobState.RUNNING
+    _corrupt_spec(w, bad)
+    for _ in range(12):
+        w.tick(5)
+    job = w.job(bad)
+    (a,) = w.attempts(bad)
+    assert a.state is AttemptState.ENDED, a
+    assert job.state is JobState.FAILED and "quarantined" in job.reason, job.reason
+    assert a.end_reason is AttemptEnd.FAILED
 
 
 def test_waiting_reason_is_written_once(make_world):
