@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -228,3 +231,42 @@ def test_a_save_that_cannot_fit_the_notice_is_reported(tmp_path: Path) -> None:
     assert doc["save_fits_notice"] is False and doc["notice_seconds_left"] < 0
     assert doc["last_save_seconds"] > 0 and doc["last_checkpoint_step"] == doc["step"]
     assert "saving anyway, it may not finish" in err
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_to_the_whole_group_with_loader_workers_checkpoints_and_exits_75(
+    tmp_path: Path,
+) -> None:
+    """A shutdown signals every process of the job (systemd, the cloud, the local supervisor).
+
+    The DataLoader workers get SIGTERM too; one that died of it made the trainer raise
+    "DataLoader worker ... killed by signal: Terminated" and exit 1 without a checkpoint.
+    """
+    ckpt = tmp_path / "ckpt"
+    argv = tiny_args(
+        ckpt,
+        training__steps=100_000,
+        checkpoint__interval_steps=0,
+        data__num_workers=2,
+        training__step_delay_seconds=0.05,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer", *argv],
+        cwd=REPO,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        path = ckpt / "progress.json"
+        _wait(lambda: path.exists() and json.loads(path.read_text())["step"] >= 2, timeout=45)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    doc = progress(ckpt)
+    assert doc["state"] == "preempted" and doc["last_checkpoint_step"] == doc["step"] >= 2
