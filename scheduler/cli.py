@@ -1150,7 +1150,7 @@ def demo(
     workdir: Annotated[Path | None, typer.Option(help="Keep the demo's state here")] = None,
     speedup: Annotated[float, typer.Option(help="Market seconds per real second")] = 120.0,
 ) -> None:
-    """The whole system on the local market, start to finish (about a minute)."""
+    """The whole system on the local market, start to finish (a minute or two)."""
     from scheduler.demo import run_demo
 
     # Piped output gets a width that fits the tables instead of Rich's 80-column default.

@@ -22,9 +22,9 @@ def read_json(*args: str) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_demo_runs_end_to_end(tmp_path):
-    r = spotwise("demo", "--workdir", str(tmp_path), timeout=230)
+    r = spotwise("demo", "--workdir", str(tmp_path), timeout=290)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "what it cost" in r.stdout and "saved" in r.stdout
     cfg = str(tmp_path / "spotwise.toml")
