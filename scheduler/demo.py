@@ -59,7 +59,9 @@ def _trainer_job(name: str, gpus: str, steps: int, pace: float = 0.0, **extra: o
 
 
 def _config_text(workdir: Path, speedup: float, trace_start_s: float, budget: float) -> str:
-    # Durations are in market time: at speedup 120, "2m" is one real second.
+    # Durations are in market time: at speedup 120, "2m" is one real second. stop_grace (6 real
+    # seconds) covers kill_after (5): a stopped job is gone, SIGKILLed at the latest, before the
+    # hard budget's margin is used up.
     return f"""\
 [daemon]
 state_dir = "{workdir}"
@@ -70,7 +72,7 @@ price_interval = "{2 * speedup:g}s"
 accrue_interval = "{2 * speedup:g}s"
 unavailable_ttl = "30m"
 avoid_after_interrupt = "2h"
-stop_grace = "{4 * speedup:g}s"
+stop_grace = "{6 * speedup:g}s"
 leak_grace = "30m"
 
 [providers.local]
@@ -78,7 +80,7 @@ state_dir = "{workdir}/market"
 speedup = {speedup:g}
 trace_start = "{trace_start_s:.0f}s"
 grace_period = "3s"
-kill_after = "10s"
+kill_after = "5s"
 
 [[budgets]]
 name = "research"
@@ -154,12 +156,27 @@ def _ondemand_prices(config: Config) -> dict[tuple[str, str], float]:
     }
 
 
-def summary_table(engine, config: Config) -> tuple[Table, float, float]:
-    """Each job's attempts, interruptions, cost, and the cost of the same hours on-demand."""
+def _plain_table(title: str) -> Table:
+    """`status`'s look: no box, so eight columns still fit an 80-column terminal."""
+    return Table(
+        title=title,
+        title_justify="left",
+        box=None,
+        header_style="bold",
+        pad_edge=False,
+        padding=(0, 1),
+    )
+
+
+def summary_table(engine, config: Config) -> tuple[Table, list[str], float, float]:
+    """Each job's attempts, interruptions, cost and the cost of the same hours on-demand, and
+    each job's path through the pools (one line per job: a path does not fit in a column)."""
     od = _ondemand_prices(config)
-    t = Table(title="what it cost", title_justify="left")
-    for c in ("JOB", "STATE", "ATTEMPTS", "INTERRUPTED", "WHERE", "PAID", "ON-DEMAND", "SAVED"):
-        t.add_column(c, justify="right" if c in ("PAID", "ON-DEMAND", "SAVED") else "left")
+    t = _plain_table("what it cost")
+    for c in ("JOB", "STATE", "ATTEMPTS", "INTERRUPTED", "PAID", "ON-DEMAND", "SAVED"):
+        right = c not in ("JOB", "STATE")
+        t.add_column(c, justify="right" if right else "left", no_wrap=True, overflow="ellipsis")
+    paths: list[str] = []
     total_paid = total_od = 0.0
     with Session(engine) as s:
         for job in s.exec(select(Job).order_by(col(Job.created_at))).all():
@@ -172,10 +189,9 @@ def summary_table(engine, config: Config) -> tuple[Table, float, float]:
                 if a.started_at and a.price_per_hour:
                     ondemand += a.cost_usd / a.price_per_hour * od.get((a.zone, a.instance_type), 0)
             interrupted = sum(1 for a in attempts if a.end_reason is AttemptEnd.INTERRUPTED)
-            where = (
-                " -> ".join(f"{a.zone}/{a.market}" for a in attempts if a.started_at is not None)
-                or "-"
-            )
+            ran = [f"{a.zone}/{a.market}" for a in attempts if a.started_at is not None]
+            if ran:
+                paths.append(f"{job.name}: {' -> '.join(ran)}")
             saved = f"{100 * (1 - paid / ondemand):.0f}%" if ondemand else "-"
             total_paid += paid
             total_od += ondemand
@@ -184,12 +200,11 @@ def summary_table(engine, config: Config) -> tuple[Table, float, float]:
                 job.state.value,
                 str(len(attempts)),
                 str(interrupted),
-                where,
                 f"${paid:.3f}",
                 f"${ondemand:.3f}",
                 saved,
             )
-    return t, total_paid, total_od
+    return t, paths, total_paid, total_od
 
 
 def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
@@ -230,18 +245,20 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
             daemon.wait(timeout=30)
         except subprocess.TimeoutExpired:
             daemon.kill()
-    table, paid, ondemand = summary_table(engine, config)
+    table, paths, paid, ondemand = summary_table(engine, config)
     console.print()
     console.print(table)
+    for path in paths:
+        console.print(path, highlight=False)
     if ondemand:
         console.print(
             f"total paid [bold]${paid:.3f}[/] vs [bold]${ondemand:.3f}[/] on-demand for the same "
             f"hours: [bold green]{100 * (1 - paid / ondemand):.0f}% saved[/]"
         )
-    console.print(
-        f"demo finished in {time.monotonic() - started:.0f} s; inspect it with "
-        f"`spotwise show <job> -c {cfg_path}` or `spotwise events -c {cfg_path}`"
-    )
+    console.print(f"demo finished in {time.monotonic() - started:.0f} s; inspect it with:")
+    for command in (f"spotwise show <job> -c {cfg_path}", f"spotwise events -c {cfg_path}"):
+        # soft_wrap: a long path stays one line, so it can be copied whole.
+        console.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
     with Session(engine) as s:
         states = {j.name: j.state for j in s.exec(select(Job)).all()}
     ok = (
@@ -280,21 +297,26 @@ def _wait(engine, ids, pred, timeout: float) -> None:
 
 
 def _live_table(rows) -> Table:
-    t = Table(title="spotwise status (live)", title_justify="left")
-    for c in ("NAME", "STATE", "WHERE", "$/H", "SPENT", "STEP", "RECOV", "REASON"):
-        t.add_column(c, overflow="fold")
+    t = _plain_table("spotwise status (live)")
+    # A running job's REASON names its pool and price ("on aws/us-east-1a/... at $3.06/h"), so
+    # no WHERE or $/H column: REASON gets what is left and folds; the rest never wrap.
+    for c in ("NAME", "STATE", "SPENT", "STEP", "RECOV", "REASON"):
+        fold = c == "REASON"
+        t.add_column(
+            c,
+            no_wrap=not fold,
+            overflow="fold" if fold else "ellipsis",
+            ratio=1 if fold else None,
+            min_width=12 if fold else None,
+        )
     for r in rows:
-        where = f"{r['zone']}/{r['market']}" if r["zone"] else "-"
         step = f"{r['progress_step']}/{r['total_steps']}" if r["total_steps"] else "-"
-        price = f"${r['price_per_hour']:.2f}" if r["price_per_hour"] else "-"
         t.add_row(
             r["name"],
             r["state"],
-            where,
-            price,
             f"${r['cost_usd']:.3f}",
             step,
             str(r["recoveries"]),
-            r["reason"][:60],
+            r["reason"],
         )
     return t

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +13,11 @@ import pytest
 
 def spotwise(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "scheduler", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "scheduler", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, COLUMNS="80"),
     )
 
 
@@ -27,6 +32,10 @@ def test_demo_runs_end_to_end(tmp_path):
     r = spotwise("demo", "--workdir", str(tmp_path), timeout=290)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "what it cost" in r.stdout and "saved" in r.stdout
+    # It reads on an 80-column terminal: only the copyable commands may run past it.
+    wide = [ln for ln in r.stdout.splitlines() if len(ln) > 80 and not ln.startswith("  spotwise ")]
+    assert not wide, wide
+    assert re.search(r"^train-v100: \S+/spot -> ", r.stdout, re.M), r.stdout[-2000:]
     cfg = str(tmp_path / "spotwise.toml")
     jobs = {j["name"]: j for j in read_json("status", "-c", cfg)["jobs"]}
     assert jobs["train-v100"]["state"] == "SUCCEEDED" and jobs["train-v100"]["recoveries"] >= 1
@@ -34,6 +43,8 @@ def test_demo_runs_end_to_end(tmp_path):
     logs = [p.read_text() for p in (tmp_path / "market" / "instances").glob("*/stderr.log")]
     resumed = [int(m) for log in logs for m in re.findall(r"resumed from step-(\d+)", log)]
     assert resumed and max(resumed) > 0
+    # Every stop (interruption, price move, budget) checkpointed and exited; none crashed.
+    assert not [log for log in logs if "Traceback" in log], logs
     assert jobs["finetune-t4"]["state"] == "HELD"
     assert jobs["pretrain-8xh100"]["state"] == "CANCELLED"
     budgets = read_json("budget", "-c", cfg)["budgets"]
