@@ -106,7 +106,9 @@ def test_interrupt_migrate_resume_restart(tmp_path):
     sw = Spotwise(tmp_path)
     job_file = tmp_path / "job.toml"
     job_file.write_text(
-        f'name = "counter"\ncommand = ["{sys.executable}", "{COUNTER}", "150", "0.1"]\n'
+        # 40 s of work: under CI load each `status` call here takes seconds, and the job must
+        # still be running after the move and across the daemon restart below.
+        f'name = "counter"\ncommand = ["{sys.executable}", "{COUNTER}", "400", "0.1"]\n'
         'gpus = "V100:1"\ngpu_hours = 1\n'
     )
     sw.start()
