@@ -110,6 +110,9 @@ class FencedStores(CheckpointStores):
 class CatalogSnapshot:
     catalog: Catalog = field(default_factory=Catalog.empty)
     provider_of_pool: Mapping[str, str] = field(default_factory=dict)
+    # pool -> (the most instances its provider launches in one request, why), for providers
+    # that launch fewer than the largest gang: placement skips them for bigger gangs.
+    request_limit: Mapping[str, tuple[int, str]] = field(default_factory=dict)
 
 
 class CatalogHolder:
@@ -127,8 +130,13 @@ class CatalogHolder:
     def provider_of_pool(self) -> Mapping[str, str]:
         return self.current.provider_of_pool
 
-    def set(self, catalog: Catalog, provider_of_pool: Mapping[str, str]) -> None:
-        self.current = CatalogSnapshot(catalog, dict(provider_of_pool))
+    def set(
+        self,
+        catalog: Catalog,
+        provider_of_pool: Mapping[str, str],
+        request_limit: Mapping[str, tuple[int, str]] | None = None,
+    ) -> None:
+        self.current = CatalogSnapshot(catalog, dict(provider_of_pool), dict(request_limit or {}))
 
 
 class CallTimeout(TransientError):

@@ -182,6 +182,11 @@ def observe_node(row: NodeState, inst: Instance, now: datetime) -> None:
         row.exit_code = inst.exit_code
 
 
+def request_limit_reason(provider: str, most: int) -> str:
+    """Why a gang larger than `most` cannot go to `provider` (one request starts a gang)."""
+    return f"{provider} launches at most {most} instance{'' if most == 1 else 's'} in one request"
+
+
 def mark_gang_capacity(
     s: Session, pool: str, held: int, why: str, now: datetime, ttl: timedelta
 ) -> None:

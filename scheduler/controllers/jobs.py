@@ -239,17 +239,21 @@ class JobController:
         prior = cfg.policy.spot_interruption_prior
         unavailable: dict[str, datetime] = {}
         rates: dict[str, float] = {}
-        gang_capacity: dict[str, tuple[int, str]] = {}
+        snap = self.catalog.current  # one snapshot for the whole pass, even if prices swap
+        # What the provider can launch at once, narrowed by what a pool was seen to hold.
+        gang_capacity: dict[str, tuple[int, str]] = dict(snap.request_limit)
         for p in s.exec(select(PoolState)).all():
             if p.gang_capacity is not None and later(p.gang_capacity_until, now):
-                gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
+                limit = gang_capacity.get(p.pool)
+                if limit is None or p.gang_capacity < limit[0]:
+                    gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
             if p.unavailable_until is not None and p.unavailable_until > now:
                 unavailable[p.pool] = p.unavailable_until
             if p.interruptions or p.exposure_hours:
                 rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
                     p.exposure_hours + PRIOR_HOURS
                 )
-        cat = self.catalog.catalog  # one snapshot for the whole pass, even if prices swap
+        cat = snap.catalog
         return PassFacts(
             now=now,
             unavailable=unavailable,

@@ -56,6 +56,7 @@ from scheduler.controllers.gang import (
     new_node_row,
     nodes_of,
     record_nodes,
+    request_limit_reason,
 )
 from scheduler.controllers.rows import chunks, load_by_id, table_of
 from scheduler.controllers.spend import request_stop
@@ -150,7 +151,7 @@ class LaunchController:
                 continue
             if a.nodes > provider.capabilities.max_count:
                 most = provider.capabilities.max_count
-                why = f"{a.provider} launches at most {most} instances in one request"
+                why = request_limit_reason(a.provider, most)
                 failed.append((a.id, AttemptEnd.LAUNCH_FAILED, why))
                 with self.db.write() as s:
                     mark_gang_capacity(

@@ -10,7 +10,25 @@ from scheduler.audit import emit
 from scheduler.catalog import Catalog
 from scheduler.clock import Clock
 from scheduler.controllers.base import CatalogHolder, Clouds, Db, safe_message
+from scheduler.controllers.gang import request_limit_reason
+from scheduler.jobspec import MAX_NODES
 from scheduler.models import PriceSample
+
+
+def _request_limits(clouds: Clouds, provider_of: dict[str, str]) -> dict[str, tuple[int, str]]:
+    """Pools whose provider launches fewer instances in one request than the largest gang:
+    a gang bigger than that is not placed there (the launch would be refused unsent, and the
+    job would lose a round to each such pool)."""
+    most: dict[str, int] = {}
+    for name in set(provider_of.values()):
+        provider = clouds.get(name)
+        if provider is not None and provider.capabilities.max_count < MAX_NODES:
+            most[name] = provider.capabilities.max_count
+    return {
+        pool: (most[name], request_limit_reason(name, most[name]))
+        for pool, name in provider_of.items()
+        if name in most
+    }
 
 
 class PriceController:
@@ -65,10 +83,11 @@ class PriceController:
                     offerings.append(o)
         self._record_price_changes(old, offerings, now)
         new = Catalog(offerings)
+        limits = _request_limits(clouds, provider_of)
         if self.reprice is not None:
-            self.reprice(new, lambda: self.holder.set(new, provider_of))
+            self.reprice(new, lambda: self.holder.set(new, provider_of, limits))
         else:
-            self.holder.set(new, provider_of)
+            self.holder.set(new, provider_of, limits)
 
     def _record_price_changes(self, old: Catalog, new: list[Offering], now: datetime) -> None:
         before = {o.pool: o.price_per_hour for o in old}

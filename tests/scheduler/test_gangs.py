@@ -15,6 +15,9 @@ from providers.base import (
     LaunchRequest,
     TransientError,
 )
+from scheduler.clock import SimClock
+from scheduler.config import Config, DaemonSettings
+from scheduler.db import open_db
 from scheduler.models import (
     Attempt,
     AttemptEnd,
@@ -26,6 +29,7 @@ from scheduler.models import (
 from scheduler.placement import PlacementContext, Requirements, expected_cost, gang_rate, place
 from scheduler.reconcile import CrashForTest, Reconciler
 from tests.fakes import NOW, FakeProvider, offering
+from tests.scheduler.conftest import World
 from trainer import contract
 
 pytestmark = pytest.mark.timeout(120)
@@ -321,3 +325,29 @@ def test_a_gang_whose_clean_up_failed_is_stopped_by_token_not_cancelled(make_wor
     assert w.attempts(jid)[-1].pool == POOL_B
     live = _live(w)
     assert len(live) == 4 and {i.zone for i in live} == {"us-east-1b"}  # nothing left in 1a
+
+
+def test_a_gang_is_not_placed_where_its_provider_cannot_launch_it_in_one_request(tmp_path):
+    """A provider that launches one instance per request (GCE, Azure here) is skipped for a
+    gang even when it is cheaper: before, each such pool cost the job a failed attempt."""
+    clock = SimClock(NOW)
+    aws = FakeProvider([offering("us-east-1a", price=0.9)], clock=clock)
+    gcp = FakeProvider(
+        [offering(z, cloud="gcp", price=0.4) for z in ("us-central1-a", "us-central1-b")],
+        name="gcp",
+        clock=clock,
+    )
+    gcp.capabilities = replace(gcp.capabilities, max_count=1)
+    url = f"sqlite:///{tmp_path}/db.sqlite"
+    cfg = Config(daemon=DaemonSettings(database_url=url, accrue_interval="30s"))
+    rec = Reconciler(open_db(url), cfg, {"fake": aws, "gcp": gcp}, clock)
+    rec.poll_prices()
+    w = World(rec, aws, clock, tmp_path)
+    gang = w.submit(gpus="V100:1", nodes=2)
+    single = w.submit(name="single", gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(gang)
+    assert a.pool == POOL_A and a.nodes == 2 and a.state is AttemptState.RUNNING
+    (b,) = w.attempts(single)
+    assert b.pool.startswith("gcp/") and b.state is AttemptState.RUNNING
+    assert gcp.last_request is not None and gcp.last_request.count == 1
