@@ -370,8 +370,12 @@ class JobController:
             return self._write(writes, facts)
         except CrashForTest:
             raise
-        except Exception:
-            log.warning("a batch of %d job writes failed; writing them one by one", len(writes))
+        except Exception as e:  # each job's own failure is logged in full below
+            log.warning(
+                "a batch of %d job writes failed (%s); writing them one by one",
+                len(writes),
+                safe_message(e),
+            )
         made: list[str] = []
         for job_id, one in writes.one_by_one():
             try:
@@ -738,8 +742,10 @@ class JobController:
                             self._settle_in(s, row, last, now)
             except CrashForTest:
                 raise
-            except Exception:
-                log.warning("settling %d jobs together failed; one by one", len(batch))
+            except Exception as e:
+                log.warning(
+                    "settling %d jobs together failed (%s); one by one", len(batch), safe_message(e)
+                )
                 continue
             snap.settled.update(job.id for job, _ in batch)
         with self.db.read() as s:

@@ -124,7 +124,9 @@ def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_worl
     assert w.job(ids[2]).state is JobState.SUCCEEDED
 
 
-def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(make_world, monkeypatch):
+def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(
+    make_world, monkeypatch, caplog
+):
     """A settle that fails in the batch is retried in the job's own step, whose failure is
     that job's alone (backed off, counted); every other job of the batch settles."""
     w = make_world(backoff_base="60s")
@@ -142,6 +144,8 @@ def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(make_world, 
     monkeypatch.setattr(JobController, "_settle_in", broken)
     w.tick()
     assert [j for j in ids if w.job(j).state is not JobState.SUCCEEDED] == [ids[1]]
+    # The operator reads why the batch was split, in one line.
+    assert "settling 5 jobs together failed (disk says no)" in caplog.text
     job = w.job(ids[1])
     assert job.step_failures == 1 and [e.job_id for e in w.events("step_failed")] == [ids[1]]
     monkeypatch.setattr(JobController, "_settle_in", real)
