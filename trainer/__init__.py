@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the real import is lazy (module __getattr__): no torch for the scheduler
+if TYPE_CHECKING:  # the real imports are lazy (module __getattr__): the scheduler pays nothing
     from trainer.preemptible import Preemptible
+    from trainer.preemption import ignore_stop_signals
 
 EXIT_OK = 0
 """Training finished (``DONE`` written) or was already finished."""
@@ -23,7 +24,15 @@ EXIT_PREEMPTED = 75
 EXIT_FENCED = 76
 """A newer attempt owns the checkpoint store (``owner.json``); this one stopped untouched."""
 
-__all__ = ["EXIT_FAILED", "EXIT_FENCED", "EXIT_OK", "EXIT_PREEMPTED", "EXIT_USAGE", "Preemptible"]
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_FENCED",
+    "EXIT_OK",
+    "EXIT_PREEMPTED",
+    "EXIT_USAGE",
+    "Preemptible",
+    "ignore_stop_signals",
+]
 
 
 def __getattr__(name: str) -> object:
@@ -33,4 +42,8 @@ def __getattr__(name: str) -> object:
         from trainer.preemptible import Preemptible
 
         return Preemptible
+    if name == "ignore_stop_signals":  # a DataLoader worker_init_fn for your own loop
+        from trainer.preemption import ignore_stop_signals
+
+        return ignore_stop_signals
     raise AttributeError(f"module 'trainer' has no attribute {name!r}")

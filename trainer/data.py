@@ -16,7 +16,6 @@ token file (``.bin``, ``uint16``/``uint32``, as nanoGPT and torchtitan write the
 from __future__ import annotations
 
 import random
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from trainer.config import ConfigError
+from trainer.preemption import ignore_stop_signals
 
 if TYPE_CHECKING:
     from trainer.config import TrainerConfig
@@ -161,19 +161,6 @@ class GlobalBatchSampler(Sampler[list[int]]):
             step_start += self.global_batch
 
 
-def _ignore_stop_signals(worker_id: int) -> None:
-    """DataLoader ``worker_init_fn``: a worker outlives SIGTERM/SIGINT sent to the whole group.
-
-    A preemption (the cloud's ACPI shutdown, systemd stopping the unit, the local market's
-    supervisor) signals every process of the job, workers included. A worker that dies of it
-    makes the training process raise "DataLoader worker ... killed by signal" before its own
-    SIGTERM handler can checkpoint. The training process decides when to stop; its workers
-    exit with it (their watchdog sees the parent go).
-    """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def make_loader(
     dataset: Dataset,
     cfg: TrainerConfig,
@@ -205,7 +192,7 @@ def make_loader(
         kwargs.update(
             prefetch_factor=d.prefetch_factor,
             persistent_workers=False,
-            worker_init_fn=_ignore_stop_signals,
+            worker_init_fn=ignore_stop_signals,
         )
     return DataLoader(
         dataset,

@@ -47,6 +47,19 @@ def parse_time(text: object) -> float | None:
         return None
 
 
+def ignore_stop_signals(worker_id: int = 0) -> None:
+    """A DataLoader ``worker_init_fn``: the worker outlives SIGTERM/SIGINT sent to the group.
+
+    A preemption (the cloud's shutdown, systemd stopping the unit, the local market's
+    supervisor) signals every process of the job, workers included. A worker that dies of it
+    makes the training process raise "DataLoader worker ... killed by signal" before its own
+    SIGTERM handler can checkpoint. The training process decides when to stop; its workers
+    exit with it (their watchdog sees the parent go).
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @dataclass
 class Notice:
     source: str
