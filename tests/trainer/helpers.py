@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -122,3 +125,27 @@ def write_notice(path: Path, doc: dict | str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def sigterm_whole_group(
+    cmd: list[str], environ: dict[str, str], ready: Callable[[subprocess.Popen[str]], None]
+) -> tuple[int, str]:
+    """Run `cmd` in its own session, wait for `ready(proc)`, then SIGTERM its whole process
+    group as a shutdown does (systemd, the cloud, the local supervisor): (exit code, stderr)."""
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        ready(proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.returncode, err

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.helpers import REPO, env, losses, progress, write_notice
+from tests.trainer.helpers import REPO, env, losses, progress, sigterm_whole_group, write_notice
 from trainer import EXIT_FENCED, EXIT_PREEMPTED, contract
 
 EXAMPLE = [sys.executable, "-m", "trainer.examples.own_loop", "--steps", "30", "--save-every", "10"]
@@ -110,13 +107,12 @@ def test_own_loop_on_two_ranks_keeps_75_through_the_launcher(tmp_path: Path) -> 
 
 
 _LOOP_WITH_WORKERS = """
-import sys, time, torch
+import time, torch
 from torch.utils.data import DataLoader
 from trainer import Preemptible, ignore_stop_signals
-init = ignore_stop_signals if sys.argv[1] == "ignore" else None
 model = torch.nn.Linear(2, 1)
 state = {"model": model, "optimizer": torch.optim.SGD(model.parameters(), lr=0.1)}
-data = DataLoader(range(10**6), batch_size=4, num_workers=2, worker_init_fn=init)
+data = DataLoader(range(10**6), batch_size=4, num_workers=2, worker_init_fn=ignore_stop_signals)
 with Preemptible(total_steps=10**6) as job:
     step = job.load(state)
     for batch in data:
@@ -135,23 +131,15 @@ def test_own_loop_with_loader_workers_survives_a_group_sigterm_with_the_helper(
     """A shutdown signals every process of the job; with `ignore_stop_signals` as the
     workers' init the loop saves and exits 75 (without it, the worker dies of the signal
     and torch raises "DataLoader worker ... killed by signal" in the loop)."""
-    init = "ignore"
-    ckpt = tmp_path / init
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _LOOP_WITH_WORKERS, init],
-        cwd=REPO,
-        env=_env(ckpt, tmp_path / "notice.json"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
+    ckpt = tmp_path / "ckpt"
+
+    def running(proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None and proc.stdout.readline() == "running\n"
-        os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+
+    code, err = sigterm_whole_group(
+        [sys.executable, "-c", _LOOP_WITH_WORKERS],
+        _env(ckpt, tmp_path / "notice.json"),
+        running,
+    )
+    assert code == EXIT_PREEMPTED, err[-2000:]
     assert progress(ckpt)["state"] == "preempted"

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -14,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.fakes import FakeAzureEvents, FakeGcpMetadata, FakeImds
-from tests.trainer.helpers import REPO, env, progress, tiny_args, write_notice
+from tests.trainer.helpers import (
+    REPO,
+    env,
+    progress,
+    sigterm_whole_group,
+    tiny_args,
+    write_notice,
+)
 from trainer import EXIT_PREEMPTED
 from trainer.config import PreemptionConfig
 from trainer.preemption import (
@@ -250,23 +254,14 @@ def test_sigterm_to_the_whole_group_with_loader_workers_checkpoints_and_exits_75
         data__num_workers=2,
         training__step_delay_seconds=0.05,
     )
-    proc = subprocess.Popen(
+    path = ckpt / "progress.json"
+    code, err = sigterm_whole_group(
         [sys.executable, "-m", "trainer", *argv],
-        cwd=REPO,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        env(),
+        lambda _: _wait(
+            lambda: path.exists() and json.loads(path.read_text())["step"] >= 2, timeout=45
+        ),
     )
-    try:
-        path = ckpt / "progress.json"
-        _wait(lambda: path.exists() and json.loads(path.read_text())["step"] >= 2, timeout=45)
-        os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    assert code == EXIT_PREEMPTED, err[-2000:]
     doc = progress(ckpt)
     assert doc["state"] == "preempted" and doc["last_checkpoint_step"] == doc["step"] >= 2
