@@ -340,7 +340,7 @@ class JobController:
         if job.id in snap.settled:
             pass  # its last attempt was settled in a batch this pass: on to placement
         elif last is not None and last.end_reason is not None and job.settled_attempt != last.id:
-            self._settle(job.id, last, now)  # its batch failed: this job alone
+            self._settle(job, last, now)  # its batch failed: this job alone
             fresh = self._reread(job.id)
         elif job.cancel_requested:
             self._finish(job.id, JobState.CANCELLED, "cancelled by user", now)
@@ -536,12 +536,7 @@ class JobController:
         now, progress = u.at, u.progress
         if job_w is None or a_w is None or a_w.state not in LIVE:
             return
-        if progress:
-            step, total = progress.get("step"), progress.get("total_steps")
-            if isinstance(step, int) and step != job_w.progress_step:
-                job_w.progress_step = step
-            if isinstance(total, int) and total != job_w.total_steps:
-                job_w.total_steps = total
+        _record_progress(job_w, progress)
         if job_w.step_failures:
             job_w.step_failures, job_w.last_error = 0, ""
         if job_w.cancel_requested and a_w.stop_requested_at is None:
@@ -733,13 +728,14 @@ class JobController:
             return
         for k in range(0, len(due), WRITE_BATCH):
             batch = due[k : k + WRITE_BATCH]
+            final = {job.id: self._final_progress(job) for job, _ in batch}  # I/O first
             try:
                 with self.db.write() as s:
                     jobs = load_by_id(s, Job, [job.id for job, _ in batch])
                     for job, last in batch:
                         row = jobs.get(job.id)
                         if row is not None:
-                            self._settle_in(s, row, last, now)
+                            self._settle_in(s, row, last, now, final[job.id])
             except CrashForTest:
                 raise
             except Exception as e:
@@ -753,16 +749,34 @@ class JobController:
         snap.jobs = [fresh.get(j.id, j) if j.id in snap.settled else j for j in snap.jobs]
         snap.jobs = [j for j in snap.jobs if j.id not in snap.settled or j.id in fresh]
 
-    def _settle(self, job_id: str, last: Attempt, now: datetime) -> None:
+    def _settle(self, job: Job, last: Attempt, now: datetime) -> None:
+        final = self._final_progress(job)
         with self.db.write() as s:
-            job = s.get(Job, job_id)
-            if job is not None:
-                self._settle_in(s, job, last, now)
+            row = s.get(Job, job.id)
+            if row is not None:
+                self._settle_in(s, row, last, now, final)
 
-    def _settle_in(self, s: Session, job: Job, last: Attempt, now: datetime) -> None:
+    def _final_progress(self, job: Job) -> dict[str, Any] | None:
+        """progress.json once more as the attempt ends: the running passes read it at most
+        once a pass, so the trainer's last steps (its final save) would otherwise never
+        reach `status`. Cosmetic, so an unreadable store only leaves the last step seen."""
+        try:
+            return self.stores.progress(job.checkpoint_uri)
+        except StoreError:
+            return None
+
+    def _settle_in(
+        self,
+        s: Session,
+        job: Job,
+        last: Attempt,
+        now: datetime,
+        progress: dict[str, Any] | None = None,
+    ) -> None:
         """The job's next state now that `last` ended (lifecycle.settle decides)."""
         if job.settled_attempt == last.id or job.state.terminal:
             return
+        _record_progress(job, progress)
         cfg = self._config().daemon
         assert last.end_reason is not None
         t = settle(
@@ -946,3 +960,14 @@ def _follows_prices(spec: JobSpec, a: Attempt) -> bool:
     """A gang moves only when the cloud or its policy moves it: a price move would restart
     every node for a per-node saving."""
     return spec.migrate != "never" and a.nodes == 1
+
+
+def _record_progress(job: Job, progress: dict[str, Any] | None) -> None:
+    """The trainer's step and total from progress.json, where they are numbers that moved."""
+    if not progress:
+        return
+    step, total = progress.get("step"), progress.get("total_steps")
+    if isinstance(step, int) and not isinstance(step, bool) and step != job.progress_step:
+        job.progress_step = step
+    if isinstance(total, int) and not isinstance(total, bool) and total != job.total_steps:
+        job.total_steps = total

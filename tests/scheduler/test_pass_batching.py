@@ -136,10 +136,10 @@ def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(
         w.provider.end(inst.id, EndReason.EXITED, exit_code=0)
     real = JobController._settle_in
 
-    def broken(self, s, job, last, now):
+    def broken(self, s, job, last, now, progress=None):
         if job.id == ids[1]:
             raise RuntimeError("disk says no")
-        return real(self, s, job, last, now)
+        return real(self, s, job, last, now, progress)
 
     monkeypatch.setattr(JobController, "_settle_in", broken)
     w.tick()

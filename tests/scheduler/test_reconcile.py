@@ -381,3 +381,71 @@ def test_the_leak_sweep_lists_the_clouds_once_a_minute_not_every_pass(make_world
     w.tick(300, n=2)  # past the grace: still collected
     assert w.provider.instances[leaked.id].end_reason is EndReason.TERMINATED
     assert w.events("leak_terminated")
+
+
+def test_a_finished_job_shows_the_trainers_last_step_not_the_last_one_a_pass_saw(make_world):
+    """The trainer's final steps and save land between two passes; the pass that sees the
+    instance gone reads progress.json once more, so `status` says 240/240, not 237/240."""
+    import json
+
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    ckpt = w.tmp / "ckpt" / jid
+    ckpt.mkdir(parents=True, exist_ok=True)
+    progress = ckpt / "progress.json"
+    progress.write_text(json.dumps({"step": 237, "total_steps": 240}))
+    w.tick(30)
+    assert w.job(jid).progress_step == 237
+    (a,) = w.attempts(jid)
+    progress.write_text(json.dumps({"step": 240, "total_steps": 240, "done": True}))
+    (ckpt / "DONE").write_text("")
+    w.provider.end(a.instance_id, EndReason.EXITED, exit_code=0)
+    w.tick(30)
+    job = w.job(jid)
+    assert job.state is JobState.SUCCEEDED
+    assert (job.progress_step, job.total_steps) == (240, 240)
+
+
+def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
+    import json
+
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    ckpt = w.tmp / "ckpt" / jid
+    ckpt.mkdir(parents=True, exist_ok=True)
+    progress = ckpt / "progress.json"
+    progress.write_text(json.dumps({"step": 100, "total_steps": 1000}))
+    w.tick(30)
+    (a,) = w.attempts(jid)
+    progress.write_text(json.dumps({"step": 131, "total_steps": 1000}))  # saved on the notice
+    w.provider.end(a.instance_id, EndReason.INTERRUPTED)
+    w.tick(30)
+    job = w.job(jid)
+    assert job.recoveries == 1 and job.progress_step == 131
+
+
+def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch):
+    import json
+
+    from scheduler.store import StoreError
+
+    w = make_world()
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    ckpt = w.tmp / "ckpt" / jid
+    ckpt.mkdir(parents=True, exist_ok=True)
+    (ckpt / "progress.json").write_text(json.dumps({"step": 7, "total_steps": 10}))
+    w.tick(30)
+    (a,) = w.attempts(jid)
+
+    def unreadable(uri: str) -> None:
+        raise StoreError("AccessDenied")
+
+    monkeypatch.setattr(w.rec.jobs.stores, "progress", unreadable)  # DONE still reads
+    (ckpt / "DONE").write_text("")
+    w.provider.end(a.instance_id, EndReason.EXITED, exit_code=0)
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.SUCCEEDED and job.progress_step == 7
