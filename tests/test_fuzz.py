@@ -90,7 +90,7 @@ def _only_user_errors(load, path: Path) -> None:  # type: ignore[no-untyped-def]
         load(path)
     except UserError as e:
         assert str(e).strip(), "an empty error message"
-    assert time.monotonic() - t < 5.0
+    assert time.monotonic() - t < 15.0  # a hang, not a slow machine
 
 
 @FUZZ

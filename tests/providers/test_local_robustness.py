@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -90,8 +89,8 @@ def test_a_killed_supervisor_takes_its_whole_job_along(state_dir: Path, tmp_path
     leader = pid_in(d / "job.json")
     assert alive(leader) and alive(child)
     os.kill(pid_in(d / "supervisor.json"), signal.SIGKILL)
-    wait_for(lambda: not alive(leader), timeout=5)  # PR_SET_PDEATHSIG
-    ended = wait_ended(m, inst.id, timeout=5)  # describe sweeps the rest of the group
+    wait_for(lambda: not alive(leader), timeout=20)  # PR_SET_PDEATHSIG
+    ended = wait_ended(m, inst.id, timeout=20)  # describe sweeps the rest of the group
     assert (ended.state, ended.end_reason) == (InstanceState.ENDED, EndReason.UNKNOWN)
     assert not alive(child)
     assert m.list_tagged("tester") == []
@@ -107,7 +106,7 @@ def test_terminate_of_an_orphan_kills_it(state_dir: Path, tmp_path: Path) -> Non
     child = started_child(child_file)
     d = m.instance_dir(inst.id)
     os.kill(pid_in(d / "supervisor.json"), signal.SIGKILL)
-    wait_for(lambda: not alive(pid_in(d / "job.json")), timeout=5)
+    wait_for(lambda: not alive(pid_in(d / "job.json")), timeout=20)
     assert alive(child)  # its own session: out of reach of the group and PDEATHSIG
     m.terminate([inst.ref])
     assert not alive(child)
@@ -282,10 +281,8 @@ def test_ended_history_stays_out_of_the_hot_path(
         return real_read(path)
 
     monkeypatch.setattr(state, "read_json", counting_read)
-    t0 = time.monotonic()
     assert [t.ref.id for t in upgraded.list_tagged("tester")] == [live.id]
     assert upgraded.prune(timedelta(days=3)) == 0
-    assert time.monotonic() - t0 < 3.0  # generous: shared CPUs
     assert {p.parent.name for p in reads} == {live.id}  # not one file of the history read
     old = describe(upgraded, f"local-{7:016x}")  # the history still answers describe
     assert (old.state, old.exit_code) == (InstanceState.ENDED, 0)

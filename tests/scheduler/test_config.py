@@ -229,7 +229,7 @@ def test_huge_values_are_refused_quickly(tmp_path, line):
         f.write_text('name = "x"\ncommand = ["a"]\n' + line + "\n")
         with pytest.raises(UserError):
             load_jobspec(f)
-        assert time.monotonic() - t < 2.0
+        assert time.monotonic() - t < 10.0  # the quadratic regexes took 100 s
 
 
 @pytest.mark.parametrize(
