@@ -38,7 +38,9 @@ def test_demo_runs_end_to_end(tmp_path):
     assert re.search(r"^train-v100: \S+/spot -> ", r.stdout, re.M), r.stdout[-2000:]
     cfg = str(tmp_path / "spotwise.toml")
     jobs = {j["name"]: j for j in read_json("status", "-c", cfg)["jobs"]}
-    assert jobs["train-v100"]["state"] == "SUCCEEDED" and jobs["train-v100"]["recoveries"] >= 1
+    v100 = jobs["train-v100"]
+    assert v100["state"] == "SUCCEEDED" and v100["recoveries"] >= 1
+    assert v100["progress_step"] == v100["total_steps"] > 0  # the last step, not one before
     # The migrated trainer resumed from its checkpoint, not from step 0.
     logs = [p.read_text() for p in (tmp_path / "market" / "instances").glob("*/stderr.log")]
     resumed = [int(m) for log in logs for m in re.findall(r"resumed from step-(\d+)", log)]
