@@ -760,6 +760,8 @@ class JobController:
         """progress.json once more as the attempt ends: the running passes read it at most
         once a pass, so the trainer's last steps (its final save) would otherwise never
         reach `status`. Cosmetic, so an unreadable store only leaves the last step seen."""
+        if job.total_steps and job.progress_step == job.total_steps:
+            return None  # already at its last step: spare the store a read
         try:
             return self.stores.progress(job.checkpoint_uri)
         except StoreError:
