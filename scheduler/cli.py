@@ -115,12 +115,23 @@ def _engine(config: Path | None):
     return cfg, open_existing(cfg.daemon.resolved_database_url())
 
 
-def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
-    """A line to print when no daemon is keeping this database (else None). Lines for a
-    daemon that should be running but is silent start with 'daemon not seen'."""
+def _heartbeat(engine):  # type: ignore[no-untyped-def]
+    """The daemon's heartbeat row, read once per command: the warning and the lease line
+    both come from it, so a daemon starting mid-command cannot be "absent" and listed."""
     from scheduler.ownership import read_heartbeat
 
-    hb = read_heartbeat(engine)
+    return read_heartbeat(engine)
+
+
+_UNREAD = object()
+
+
+def _daemon_warning(engine, cfg, hb: Any = _UNREAD) -> str | None:  # type: ignore[no-untyped-def]
+    """A line to print when no daemon is keeping this database (else None). Lines for a
+    daemon that should be running but is silent start with 'daemon not seen'. `hb` is the
+    heartbeat this command already read (None: there is none)."""
+    if hb is _UNREAD:
+        hb = _heartbeat(engine)
     if hb is None:
         return "no spotwise daemon has run on this database yet: start one (spotwise daemon)"
     age = hb.age().total_seconds()
@@ -132,11 +143,8 @@ def _daemon_warning(engine, cfg) -> str | None:  # type: ignore[no-untyped-def]
     return None
 
 
-def _lease(engine) -> dict[str, Any] | None:  # type: ignore[no-untyped-def]
+def _lease(hb: Any) -> dict[str, Any] | None:
     """Which daemon holds the lease (the heartbeat row on SQLite) and since when."""
-    from scheduler.ownership import read_heartbeat
-
-    hb = read_heartbeat(engine)
     if hb is None:
         return None
     return {
@@ -451,7 +459,8 @@ def status(
         all_rows = rows()
         return (all_rows, 0) if all_jobs or states else views.hide_finished(all_rows, clock.now())
 
-    warning = _daemon_warning(engine, cfg)
+    hb = _heartbeat(engine)
+    warning = _daemon_warning(engine, cfg, hb)
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
@@ -467,9 +476,7 @@ def status(
                 )
             return
         # Byte for byte what _print_json writes, much faster over thousands of rows.
-        doc = views.document(
-            jobs=rows(iso_times=True), daemon_warning=warning, daemon=_lease(engine)
-        )
+        doc = views.document(jobs=rows(iso_times=True), daemon_warning=warning, daemon=_lease(hb))
         sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
@@ -503,7 +510,7 @@ def status(
             )
         if warning:
             err.print(f"warning: {warning}", markup=False, highlight=False)
-        elif lease_line := _lease_line(_lease(engine)):
+        elif lease_line := _lease_line(_lease(hb)):
             err.print(lease_line, markup=False, highlight=False, soft_wrap=True)
         if failing:
             raise typer.Exit(3)

@@ -151,6 +151,24 @@ def test_stale_heartbeat_still_exits_3_with_the_footer(tmp_path):
     assert r.exit_code == 3 and "no spotwise daemon has run" in r.stderr
 
 
+def test_a_daemon_starting_mid_command_is_not_both_absent_and_listed(world, monkeypatch):
+    """The heartbeat is read once: a daemon whose row appears between two reads would be
+    warned "no daemon has run" and listed as the lease holder in one document."""
+    from scheduler import ownership
+
+    real, calls = ownership.read_heartbeat, []
+
+    def appears_after_the_first_read(engine):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return None if len(calls) == 1 else real(engine)
+
+    monkeypatch.setattr(ownership, "read_heartbeat", appears_after_the_first_read)
+    r = _invoke(world, "status", "-o", "json")
+    doc = json.loads(r.stdout)
+    assert r.exit_code == 3 and "no spotwise daemon has run" in doc["daemon_warning"]
+    assert doc["daemon"] is None and len(calls) == 1
+
+
 def test_requeue_resets_failure_counters_and_keeps_the_settled_attempt(world):
     jid = world.ids["failed"]
     requeue(world.engine, jid, datetime.now(UTC))

@@ -338,6 +338,11 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
             return json.loads(r.stdout)["id"] if r.exit_code == 0 else None
 
         job_id = wait_for("the daemon's database", submitted, daemon, log_path)
+        wait_for(  # its heartbeat: until then `status` exits 3 ("no daemon has run")
+            "the daemon's heartbeat",
+            lambda: CliRunner().invoke(app, ["status", "-c", str(cfg)]).exit_code == 0,
+            daemon, log_path,
+        )  # fmt: skip
 
         def row() -> dict[str, Any]:
             return {r["id"]: r for r in cli(cfg, "status")["jobs"]}[job_id]
