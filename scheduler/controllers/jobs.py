@@ -764,7 +764,10 @@ class JobController:
             return None  # already at its last step: spare the store a read
         try:
             return self.stores.progress(job.checkpoint_uri)
-        except StoreError:
+        except CrashForTest:
+            raise
+        except Exception as e:  # StoreError, or a store we cannot parse: settle regardless
+            log.debug("job %s: final progress unreadable: %s", job.id, safe_message(e))
             return None
 
     def _settle_in(

@@ -426,7 +426,8 @@ def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
     assert job.recoveries == 1 and job.progress_step == 131
 
 
-def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch):
+@pytest.mark.parametrize("error", ["store", "bug"])
+def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch, error):
     import json
 
     from scheduler.store import StoreError
@@ -441,7 +442,7 @@ def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkey
     (a,) = w.attempts(jid)
 
     def unreadable(uri: str) -> None:
-        raise StoreError("AccessDenied")
+        raise StoreError("AccessDenied") if error == "store" else ValueError("not JSON")
 
     monkeypatch.setattr(w.rec.jobs.stores, "progress", unreadable)  # DONE still reads
     (ckpt / "DONE").write_text("")
