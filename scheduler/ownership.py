@@ -5,11 +5,12 @@ kill -9 included) and the DaemonLease row as a heartbeat (DaemonRecord): a secon
 refuses while the first one's heartbeat is fresh.
 
 PostgreSQL (Lease): replicas share the DaemonLease row. The holder renews it every
-`lease_renew`; a standby takes it, with epoch + 1, in one conditional statement once it has
-not been renewed for `lease_ttl` (judged by the database's clock, so host clocks may differ).
-Every write transaction of the holder first locks the row FOR SHARE where holder and epoch
-are still its own (`check`), so a stale holder's writes are rejected in the very transaction
-that would have made them, and a takeover waits for a write in flight to commit. A holder
+`lease_renew`; a standby locks it FOR UPDATE and takes it, with epoch + 1, once it has not
+been renewed for `lease_ttl` (judged by the database's clock, so host clocks may differ).
+Every write transaction of the holder first locks the row FOR KEY SHARE where holder and
+epoch are still its own (`check`), so a stale holder's writes are rejected in the very
+transaction that would have made them, and a takeover waits for a write in flight to commit
+(while the holder's renewals, which touch no key column, do not). A holder
 that has not renewed for `lease_deadline` (its monotonic clock, from before the renewal was
 sent) stops calling clouds and writing (`guard`), before a standby can take the lease.
 The CLI reads the same row to say who holds it and whether it is alive.
@@ -208,17 +209,26 @@ class LeaseTimings:
 
 
 _NOW = "(clock_timestamp() AT TIME ZONE 'UTC')"  # the server's clock, naive UTC like our columns
-_TAKE = sa.text(
+# Taking the lease: the row is created if absent (the first daemon ever), then locked FOR
+# UPDATE, which waits for every write transaction of the holder still in flight (each holds
+# the row FOR KEY SHARE, see _FENCE), then taken only if expired or released.
+_CREATE = sa.text(
     f"""
     INSERT INTO daemonlease (name, holder, pid, host, epoch, started_at, renewed_at, version,
                              status)
     VALUES (:name, :holder, :pid, :host, 1, {_NOW}, {_NOW}, :version, 'starting')
-    ON CONFLICT (name) DO UPDATE
-       SET holder = EXCLUDED.holder, pid = EXCLUDED.pid, host = EXCLUDED.host,
-           epoch = daemonlease.epoch + 1, started_at = EXCLUDED.started_at,
-           renewed_at = EXCLUDED.renewed_at, version = EXCLUDED.version, status = 'starting'
-     WHERE daemonlease.renewed_at < {_NOW} - make_interval(secs => :ttl)
-        OR daemonlease.status = 'stopped'
+    ON CONFLICT (name) DO NOTHING
+    RETURNING epoch
+    """
+)
+_LOCK = sa.text("SELECT epoch FROM daemonlease WHERE name = :name FOR UPDATE")
+_TAKE = sa.text(
+    f"""
+    UPDATE daemonlease
+       SET holder = :holder, pid = :pid, host = :host, epoch = epoch + 1,
+           started_at = {_NOW}, renewed_at = {_NOW}, version = :version, status = 'starting'
+     WHERE name = :name
+       AND (renewed_at < {_NOW} - make_interval(secs => :ttl) OR status = 'stopped')
     RETURNING epoch
     """
 )
@@ -226,9 +236,12 @@ _RENEW = sa.text(
     f"UPDATE daemonlease SET renewed_at = {_NOW}, status = :status "
     "WHERE name = :name AND holder = :holder AND epoch = :epoch"
 )
+# KEY SHARE, not SHARE: it still makes a takeover (FOR UPDATE) wait for this transaction,
+# but not the holder's own renewal (an UPDATE of no key column), so a long write
+# transaction cannot starve the renewals and cost the holder its lease.
 _FENCE = sa.text(
     "SELECT epoch FROM daemonlease WHERE name = :name AND holder = :holder AND epoch = :epoch "
-    "FOR SHARE"
+    "FOR KEY SHARE"
 )
 _RELEASE = sa.text(
     "UPDATE daemonlease SET status = 'stopped' "
@@ -284,20 +297,21 @@ class Lease:
 
     # -- acquiring (standby) -----------------------------------------------------------------
     def try_acquire(self) -> bool:
-        """One conditional statement: take the lease if it is free, expired or released."""
+        """Take the lease if it is free, expired or released (one transaction)."""
         sent = self._monotonic()
+        params = {
+            "name": LEASE_NAME,
+            "holder": self.holder,
+            "pid": self.pid,
+            "host": self.host,
+            "version": self.version,
+            "ttl": self.timings.ttl,
+        }
         with self.engine.begin() as c:
-            epoch = c.execute(
-                _TAKE,
-                {
-                    "name": LEASE_NAME,
-                    "holder": self.holder,
-                    "pid": self.pid,
-                    "host": self.host,
-                    "version": self.version,
-                    "ttl": self.timings.ttl,
-                },
-            ).scalar()
+            epoch = c.execute(_CREATE, params).scalar()
+            if epoch is None:
+                c.execute(_LOCK, params)
+                epoch = c.execute(_TAKE, params).scalar()
         if epoch is None:
             return False
         with self._lock:
@@ -424,7 +438,7 @@ class Lease:
 
     def check(self, s: Session) -> None:
         """First statement of every write transaction: lock the row where it is still ours
-        (FOR SHARE: a takeover waits for this transaction), or raise and write nothing."""
+        (FOR KEY SHARE: a takeover waits for this transaction), or raise and write nothing."""
         try:
             self.guard()
         except LeaseLost as e:

@@ -107,6 +107,32 @@ def test_a_takeover_waits_for_the_holders_write_in_flight(pg_url, db):
         _event(Db(db, a), "after")
 
 
+def test_a_long_write_transaction_does_not_block_the_holders_renewal(pg_url, db):
+    """A write transaction open longer than the lease's statement timeout (a big batch on a
+    big database) must not starve the holder's own renewals, yet still hold off a takeover."""
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    with Db(db, a).write() as s:
+        s.add(Event(at=NOW, kind="test", message="long"))
+        s.flush()
+        assert a.renew() and a.lost is None  # was: lock timeout, a failed renewal
+        assert a.renew() and a.lost is None
+        expire_lease(pg_url)
+        with pytest.raises(sa.exc.OperationalError, match="lock"):
+            b.try_acquire()  # the takeover still waits for the write in flight
+    assert _events(db) == ["long"]
+    assert b.try_acquire()
+    with pytest.raises(LeaseLost):
+        _event(Db(db, a), "after")
+
+
+def test_the_first_daemon_creates_the_lease_and_a_second_waits(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire() and a.epoch == 1
+    assert not b.try_acquire() and b.epoch is None
+    assert (_row(db).holder, _row(db).epoch) == (a.holder, 1)
+
+
 def test_past_its_deadline_a_holder_calls_no_cloud_and_writes_nothing(pg_url, db, tmp_path):
     clock = FakeMonotonic()
     lost: list[str] = []
