@@ -383,22 +383,32 @@ def test_the_leak_sweep_lists_the_clouds_once_a_minute_not_every_pass(make_world
     assert w.events("leak_terminated")
 
 
-def test_a_finished_job_shows_the_trainers_last_step_not_the_last_one_a_pass_saw(make_world):
-    """The trainer's final steps and save land between two passes; the pass that sees the
-    instance gone reads progress.json once more, so `status` says 240/240, not 237/240."""
-    import json
-
+def _running_at_step(make_world, step: int, total: int):  # type: ignore[no-untyped-def]
+    """A job running with `step` of `total` in its progress.json, seen by a pass: the world,
+    the job id, its running attempt and its checkpoint directory."""
     w = make_world()
     jid = w.submit(gpus="V100:1")
     w.tick()
     ckpt = w.tmp / "ckpt" / jid
     ckpt.mkdir(parents=True, exist_ok=True)
-    progress = ckpt / "progress.json"
-    progress.write_text(json.dumps({"step": 237, "total_steps": 240}))
+    _progress(ckpt, step, total)
     w.tick(30)
-    assert w.job(jid).progress_step == 237
+    assert w.job(jid).progress_step == step
     (a,) = w.attempts(jid)
-    progress.write_text(json.dumps({"step": 240, "total_steps": 240, "done": True}))
+    return w, jid, a, ckpt
+
+
+def _progress(ckpt, step: int, total: int, **more: object) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    (ckpt / "progress.json").write_text(json.dumps({"step": step, "total_steps": total, **more}))
+
+
+def test_a_finished_job_shows_the_trainers_last_step_not_the_last_one_a_pass_saw(make_world):
+    """The trainer's final steps and save land between two passes; the pass that sees the
+    instance gone reads progress.json once more, so `status` says 240/240, not 237/240."""
+    w, jid, a, ckpt = _running_at_step(make_world, 237, 240)
+    _progress(ckpt, 240, 240, done=True)
     (ckpt / "DONE").write_text("")
     w.provider.end(a.instance_id, EndReason.EXITED, exit_code=0)
     w.tick(30)
@@ -408,18 +418,8 @@ def test_a_finished_job_shows_the_trainers_last_step_not_the_last_one_a_pass_saw
 
 
 def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
-    import json
-
-    w = make_world()
-    jid = w.submit(gpus="V100:1")
-    w.tick()
-    ckpt = w.tmp / "ckpt" / jid
-    ckpt.mkdir(parents=True, exist_ok=True)
-    progress = ckpt / "progress.json"
-    progress.write_text(json.dumps({"step": 100, "total_steps": 1000}))
-    w.tick(30)
-    (a,) = w.attempts(jid)
-    progress.write_text(json.dumps({"step": 131, "total_steps": 1000}))  # saved on the notice
+    w, jid, a, ckpt = _running_at_step(make_world, 100, 1000)
+    _progress(ckpt, 131, 1000)  # saved on the notice
     w.provider.end(a.instance_id, EndReason.INTERRUPTED)
     w.tick(30)
     job = w.job(jid)
@@ -428,18 +428,9 @@ def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
 
 @pytest.mark.parametrize("error", ["store", "bug"])
 def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch, error):
-    import json
-
     from scheduler.store import StoreError
 
-    w = make_world()
-    jid = w.submit(gpus="V100:1")
-    w.tick()
-    ckpt = w.tmp / "ckpt" / jid
-    ckpt.mkdir(parents=True, exist_ok=True)
-    (ckpt / "progress.json").write_text(json.dumps({"step": 7, "total_steps": 10}))
-    w.tick(30)
-    (a,) = w.attempts(jid)
+    w, jid, a, ckpt = _running_at_step(make_world, 7, 10)
 
     def unreadable(uri: str) -> None:
         raise StoreError("AccessDenied") if error == "store" else ValueError("not JSON")
