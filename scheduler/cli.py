@@ -123,15 +123,10 @@ def _heartbeat(engine):  # type: ignore[no-untyped-def]
     return read_heartbeat(engine)
 
 
-_UNREAD = object()
-
-
-def _daemon_warning(engine, cfg, hb: Any = _UNREAD) -> str | None:  # type: ignore[no-untyped-def]
-    """A line to print when no daemon is keeping this database (else None). Lines for a
-    daemon that should be running but is silent start with 'daemon not seen'. `hb` is the
-    heartbeat this command already read (None: there is none)."""
-    if hb is _UNREAD:
-        hb = _heartbeat(engine)
+def _daemon_warning(cfg, hb: Any) -> str | None:  # type: ignore[no-untyped-def]
+    """A line to print when no daemon is keeping this database (else None), from the
+    heartbeat `hb` (None: there is none). Lines for a daemon that should be running but is
+    silent start with 'daemon not seen'."""
     if hb is None:
         return "no spotwise daemon has run on this database yet: start one (spotwise daemon)"
     age = hb.age().total_seconds()
@@ -233,7 +228,7 @@ def submit(
     check_team(spec, cfg, source=str(job_file))
     engine = open_existing(cfg.daemon.resolved_database_url())
     job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root())
-    warning = _daemon_warning(engine, cfg)
+    warning = _daemon_warning(cfg, _heartbeat(engine))
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
     if output is Output.json:
@@ -460,7 +455,7 @@ def status(
         return (all_rows, 0) if all_jobs or states else views.hide_finished(all_rows, clock.now())
 
     hb = _heartbeat(engine)
-    warning = _daemon_warning(engine, cfg, hb)
+    warning = _daemon_warning(cfg, hb)
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
@@ -469,7 +464,8 @@ def status(
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
                     lambda: views.document(
-                        jobs=rows(iso_times=True), daemon_warning=_daemon_warning(engine, cfg)
+                        jobs=rows(iso_times=True),
+                        daemon_warning=_daemon_warning(cfg, _heartbeat(engine)),
                     ),
                     interval,
                     count,
@@ -521,7 +517,7 @@ def status(
 
         body = render()[0]
         parts = [Text(body) if isinstance(body, str) else body]  # never markup
-        now_warning = _daemon_warning(engine, cfg)
+        now_warning = _daemon_warning(cfg, _heartbeat(engine))
         if now_warning:  # the stale-daemon footer, kept current while watching
             parts.append(Text(f"warning: {now_warning}", style="yellow"))
         return Group(*parts)
@@ -807,7 +803,7 @@ def cancel(
             err.print(f"no unfinished jobs in team {team!r}", markup=False, highlight=False)
     for i in ids:
         out.print(f"cancel requested for {i}", markup=False, highlight=False)
-    warning = _daemon_warning(engine, cfg)
+    warning = _daemon_warning(cfg, _heartbeat(engine))
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
 
@@ -823,7 +819,7 @@ def release(
     cfg, engine = _engine(config)
     j = release_job(engine, job, clock_for(cfg).now())
     out.print(f"{j.id} released: {j.state.value}", markup=False, highlight=False)
-    warning = _daemon_warning(engine, cfg)
+    warning = _daemon_warning(cfg, _heartbeat(engine))
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
 
@@ -839,7 +835,7 @@ def requeue(
     cfg, engine = _engine(config)
     j = requeue_job(engine, job, clock_for(cfg).now())
     out.print(f"{j.id} requeued: {j.state.value}", markup=False, highlight=False)
-    warning = _daemon_warning(engine, cfg)
+    warning = _daemon_warning(cfg, _heartbeat(engine))
     if warning:
         err.print(f"warning: {warning}", markup=False, highlight=False)
 

@@ -501,12 +501,11 @@ class JobController:
     ) -> bool:
         """True when `_apply_live` would change nothing (judged on the pass's snapshot; the
         write itself re-reads the rows)."""
-        if progress:
-            step, total = progress.get("step"), progress.get("total_steps")
-            if isinstance(step, int) and step != job.progress_step:
-                return False
-            if isinstance(total, int) and total != job.total_steps:
-                return False
+        step, total = _progress_numbers(progress)
+        if (step is not None and step != job.progress_step) or (
+            total is not None and total != job.total_steps
+        ):
+            return False
         if job.step_failures:
             return False
         if a.stop_requested_at is not None:
@@ -967,12 +966,21 @@ def _follows_prices(spec: JobSpec, a: Attempt) -> bool:
     return spec.migrate != "never" and a.nodes == 1
 
 
+def _progress_numbers(progress: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """progress.json's step and total_steps, each None unless it is an integer."""
+    if not progress:
+        return None, None
+    step, total = progress.get("step"), progress.get("total_steps")
+    return (
+        step if type(step) is int else None,
+        total if type(total) is int else None,
+    )
+
+
 def _record_progress(job: Job, progress: dict[str, Any] | None) -> None:
     """The trainer's step and total from progress.json, where they are numbers that moved."""
-    if not progress:
-        return
-    step, total = progress.get("step"), progress.get("total_steps")
-    if isinstance(step, int) and not isinstance(step, bool) and step != job.progress_step:
+    step, total = _progress_numbers(progress)
+    if step is not None and step != job.progress_step:
         job.progress_step = step
-    if isinstance(total, int) and not isinstance(total, bool) and total != job.total_steps:
+    if total is not None and total != job.total_steps:
         job.total_steps = total
