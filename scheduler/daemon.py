@@ -299,6 +299,11 @@ class Daemon:
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
         self._scheduler.shutdown(wait=True)
+        if not self._lost.is_set():
+            # The pass that saw an instance end had accrued to its own start, past the end;
+            # the next accrual refunds that. Run it now, or a stopped daemon reports (and
+            # budgets count) spend up to that pass instead of up to the end.
+            self._run_task("accrue")
         if self.lease is not None:
             if self._lost.is_set():
                 log.error(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,32 @@ def test_interrupt_migrate_resume_restart(tmp_path):
     assert kinds[0] == "submitted" and "recovering" in kinds and kinds[-1] == "succeeded"
     log = (tmp_path / "daemon.log").read_text()
     assert "config reload rejected" in log and "config reloaded from" in log
+
+
+def test_a_stopped_daemon_leaves_each_ended_attempt_billed_to_its_end(tmp_path):
+    """The pass that sees an instance end has accrued to its own start, past the end; the
+    next accrual refunds that. Passes here are 20 s apart, accrual and price polls (which
+    accrue too) hourly, so only the daemon's own accrual at a clean stop can bring the spend
+    back to price x run time."""
+    sw = Spotwise(tmp_path)
+    text = sw.config.read_text()
+    text = text.replace('reconcile_interval = "0.3s"', 'reconcile_interval = "20s"')
+    text = text.replace('price_interval = "1s"', 'price_interval = "1h"')  # a poll accrues too
+    sw.config.write_text(text.replace('accrue_interval = "0.5s"', 'accrue_interval = "1h"'))
+    job_file = tmp_path / "job.toml"
+    job_file.write_text(
+        f'name = "short"\ncommand = ["{sys.executable}", "{COUNTER}", "5", "0.1"]\n'
+        'gpus = "V100:1"\n'
+    )
+    sw.start()
+    try:
+        job_id = sw.cli("submit", str(job_file))["id"]
+        sw.wait_job(job_id, lambda r: r["state"] == "SUCCEEDED", timeout=120)
+    finally:
+        assert sw.stop() == 0  # at once: the next pass (and its accrual) is 20 s away
+    (a,) = sw.cli("show", job_id)["attempts"]
+    ran = datetime.fromisoformat(a["ended_at"]) - datetime.fromisoformat(a["started_at"])
+    assert ran.total_seconds() < 15  # it ended well before the pass that saw it
+    assert a["cost_usd"] == pytest.approx(
+        a["price_per_hour"] * ran.total_seconds() / 3600, rel=1e-3, abs=1e-6
+    )
