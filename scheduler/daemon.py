@@ -92,12 +92,17 @@ class Daemon:
         self.record: DaemonRecord | None = None
         self.lease: Lease | None = None
         if is_postgres(url):
-            # Replicas: the lease decides who mutates; a write session left idle in its
-            # transaction (a paused holder) is ended before a standby could take over.
+            # Replicas: the lease decides who mutates. A write session this daemon leaves open
+            # (paused, wedged) ends by the server's idle timeout, or is ended by the standby
+            # that takes the expired lease: it finds the session by the lease's name.
             timings = LeaseTimings.of(d)
-            ms = int(timings.deadline * 1000)
-            self.engine = open_db(url, {"idle_in_transaction_session_timeout": ms})
             self.lease = Lease(url, timings, _version(), on_lost=self._lease_lost)
+            ms = int(timings.deadline * 1000)
+            self.engine = open_db(
+                url,
+                {"idle_in_transaction_session_timeout": ms},
+                application_name=self.lease.session_name,
+            )
         else:
             self.lock = StateLock(d.resolved_state_dir())
             self.lock.acquire()

@@ -48,10 +48,15 @@ def is_postgres(url: str) -> bool:
 
 
 def make_engine(
-    url: str, *, create_dir: bool = False, pg_settings: Mapping[str, int] | None = None
+    url: str,
+    *,
+    create_dir: bool = False,
+    pg_settings: Mapping[str, int] | None = None,
+    application_name: str | None = None,
 ) -> Engine:
     """The engine for `url`; `pg_settings` are PostgreSQL session settings (milliseconds for
-    the timeouts) applied to every connection, e.g. the lease's statement_timeout."""
+    the timeouts) applied to every connection, e.g. the lease's statement_timeout, and
+    `application_name` names its sessions (a standby ends an expired holder's by it)."""
     try:
         path = sqlite_path(url)
     except sa.exc.ArgumentError as e:
@@ -87,6 +92,8 @@ def make_engine(
         options = " ".join(f"-c {k}={int(v)}" for k, v in (pg_settings or {}).items())
         if options:
             connect_args["options"] = options
+        if application_name:
+            connect_args["application_name"] = application_name
         connect_args.setdefault("connect_timeout", 10)
     try:
         return sa.create_engine(made, pool_pre_ping=True, connect_args=connect_args)
@@ -199,11 +206,17 @@ def _known_revisions() -> set[str]:
     return {s.revision for s in ScriptDirectory.from_config(cfg).walk_revisions()}
 
 
-def open_db(url: str, pg_settings: Mapping[str, int] | None = None) -> Engine:
+def open_db(
+    url: str,
+    pg_settings: Mapping[str, int] | None = None,
+    application_name: str | None = None,
+) -> Engine:
     """For the daemon: create the database if needed and bring its schema to head. A server
     that cannot be reached is a DatabaseUnreachable (exit 1: systemd tries again), not a
     user error."""
-    engine = make_engine(url, create_dir=True, pg_settings=pg_settings)
+    engine = make_engine(
+        url, create_dir=True, pg_settings=pg_settings, application_name=application_name
+    )
     try:
         upgrade(engine)
     except sa.exc.OperationalError as e:

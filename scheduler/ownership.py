@@ -10,7 +10,9 @@ been renewed for `lease_ttl` (judged by the database's clock, so host clocks may
 Every write transaction of the holder first locks the row FOR KEY SHARE where holder and
 epoch are still its own (`check`), so a stale holder's writes are rejected in the very
 transaction that would have made them, and a takeover waits for a write in flight to commit
-(while the holder's renewals, which touch no key column, do not). A holder
+(while the holder's renewals, which touch no key column, do not). A takeover first ends the
+expired holder's sessions, found by name, so that a paused holder's open transaction is
+rolled back instead of holding the row until the holder runs again. A holder
 that has not renewed for `lease_deadline` (its monotonic clock, from before the renewal was
 sent) stops calling clouds and writing (`guard`), before a standby can take the lease.
 The CLI reads the same row to say who holds it and whether it is alive.
@@ -232,6 +234,22 @@ _TAKE = sa.text(
     RETURNING epoch
     """
 )
+# A holder's sessions are named SESSION_PREFIX + the last part of its holder id. Only an
+# expired, unreleased lease's holder is ended, judged by the same clock and TTL as _TAKE.
+SESSION_PREFIX = "spotwise-"
+_END_EXPIRED = sa.text(
+    f"""
+    SELECT count(*) FILTER (WHERE pg_terminate_backend(a.pid))
+      FROM pg_stat_activity a
+      JOIN daemonlease l ON l.name = :name
+     WHERE a.datname = current_database()
+       AND a.pid <> pg_backend_pid()
+       AND a.application_name = '{SESSION_PREFIX}' || substring(l.holder from '[^:]*$')
+       AND l.holder <> :holder
+       AND l.status <> 'stopped'
+       AND l.renewed_at < {_NOW} - make_interval(secs => :ttl)
+    """
+)
 _RENEW = sa.text(
     f"UPDATE daemonlease SET renewed_at = {_NOW}, status = :status "
     "WHERE name = :name AND holder = :holder AND epoch = :epoch"
@@ -269,6 +287,14 @@ class Lease:
         from scheduler.db import make_engine
 
         self.timings = timings
+        self.version = version
+        self.host = socket.gethostname()
+        self.pid = os.getpid()
+        token = secrets.token_hex(4)
+        self.holder = f"{self.host}:{self.pid}:{token}"
+        # Every session of this daemon carries it, so that a standby taking over an expired
+        # lease can end them (and the locks they hold) by name: see _END_EXPIRED.
+        self.session_name = f"{SESSION_PREFIX}{token}"
         ms = int(timings.statement_timeout * 1000)
         # Its own small pool: a renewal never queues behind the passes' connections, and no
         # lease statement (a takeover waiting on a row lock included) runs past its timeout.
@@ -279,11 +305,8 @@ class Lease:
                 "lock_timeout": ms,
                 "idle_in_transaction_session_timeout": ms,
             },
+            application_name=self.session_name,
         )
-        self.version = version
-        self.host = socket.gethostname()
-        self.pid = os.getpid()
-        self.holder = f"{self.host}:{self.pid}:{secrets.token_hex(4)}"
         self.epoch: int | None = None
         self.status = "starting"
         self._monotonic = monotonic
@@ -294,6 +317,7 @@ class Lease:
         self._lost_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._said_cannot_end = False
 
     # -- acquiring (standby) -----------------------------------------------------------------
     def try_acquire(self) -> bool:
@@ -309,7 +333,9 @@ class Lease:
         }
         with self.engine.begin() as c:
             epoch = c.execute(_CREATE, params).scalar()
-            if epoch is None:
+        if epoch is None:
+            self._end_expired_sessions(params)
+            with self.engine.begin() as c:
                 c.execute(_LOCK, params)
                 epoch = c.execute(_TAKE, params).scalar()
         if epoch is None:
@@ -318,6 +344,29 @@ class Lease:
             self.epoch, self._renewed, self._lost = int(epoch), sent, None
         log.info("took the lease as %s (epoch %d)", self.holder, epoch)
         return True
+
+    def _end_expired_sessions(self, params: dict[str, object]) -> None:
+        """End the sessions of a holder whose lease has expired, so that a transaction it left
+        open (a paused or wedged process) releases the lease row now. The server's
+        idle_in_transaction_session_timeout is not enough: PostgreSQL does not re-arm it after
+        a pipeline's trailing flush, which psycopg's executemany sends. A holder is past its
+        lease_deadline by then and writes nothing more, so nothing it meant to keep is lost;
+        a transaction it had open is rolled back whole. Best effort: a role that may not
+        signal the holder's sessions (another role, no pg_signal_backend) waits instead."""
+        try:
+            with self.engine.begin() as c:
+                ended = c.execute(_END_EXPIRED, params).scalar() or 0
+        except sa.exc.DBAPIError as e:
+            if not self._said_cannot_end:
+                self._said_cannot_end = True
+                log.warning(
+                    "standby: cannot end the expired holder's sessions (%s); the takeover "
+                    "waits for them to end",
+                    _first_line(e),
+                )
+            return
+        if ended:
+            log.info("standby: ended %d session(s) of the expired lease holder", ended)
 
     def wait_acquire(
         self, stop: threading.Event, waiting: Callable[[Heartbeat | None], None] | None = None

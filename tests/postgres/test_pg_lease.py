@@ -4,6 +4,7 @@ and a stale holder whose every write and cloud call is rejected (fencing)."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import sqlalchemy as sa
@@ -124,6 +125,53 @@ def test_a_long_write_transaction_does_not_block_the_holders_renewal(pg_url, db)
     assert b.try_acquire()
     with pytest.raises(LeaseLost):
         _event(Db(db, a), "after")
+
+
+def test_a_takeover_ends_the_expired_holders_open_transaction(pg_url, db):
+    """A paused holder left a transaction open after an executemany (psycopg pipelines it,
+    and PostgreSQL then never fires idle_in_transaction_session_timeout): the standby ends
+    that session by its name and takes over, and none of the open transaction lands."""
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    named = open_db(
+        pg_url, {"idle_in_transaction_session_timeout": 500}, application_name=a.session_name
+    )
+    other = open_db(pg_url)  # not A's: left alone
+    try:
+        held = named.connect()
+        untouched = other.connect()
+        held.begin()
+        held.execute(sa.text("SELECT epoch FROM daemonlease FOR KEY SHARE"))
+        held.execute(
+            sa.text("INSERT INTO event (at, level, kind, message) VALUES (:at, 'x', 'test', :m)"),
+            [{"at": NOW, "m": "open 1"}, {"at": NOW, "m": "open 2"}],
+        )
+        untouched.execute(sa.text("SELECT 1"))
+        time.sleep(1.5)  # three idle timeouts: the server has not ended it by itself
+        expire_lease(pg_url)
+        assert b.try_acquire()  # was: lock timeout, and again on every try
+        assert (_row(db).holder, _row(db).epoch) == (b.holder, 2)
+        with pytest.raises(sa.exc.OperationalError, match="terminat"):
+            held.execute(sa.text("SELECT 1"))
+        assert untouched.execute(sa.text("SELECT 1")).scalar() == 1
+        assert _events(db) == []
+    finally:
+        held.invalidate()
+        untouched.close()
+        named.dispose()
+        other.dispose()
+
+
+def test_a_live_holders_sessions_are_never_ended(pg_url, db):
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    named = open_db(pg_url, application_name=a.session_name)
+    try:
+        with named.connect() as c:
+            assert not b.try_acquire()  # not expired: nothing is ended, nothing taken
+            assert c.execute(sa.text("SELECT 1")).scalar() == 1
+    finally:
+        named.dispose()
 
 
 def test_the_first_daemon_creates_the_lease_and_a_second_waits(pg_url, db):
