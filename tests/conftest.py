@@ -33,12 +33,17 @@ def _restore_logging() -> Iterator[None]:
     root.handlers[:] = handlers
     root.setLevel(level)
     for name, was in named.items():
-        logging.getLogger(name).setLevel(was)
+        logger = logging.getLogger(name)
+        if logger.level != was:  # setLevel clears every logger's cache: only where changed
+            logger.setLevel(was)
 
 
-# Real processes, torchrun, campaigns and long property runs: `./dev test -m "not slow"`
-# leaves them out for day-to-day work; CI runs everything.
+# Real processes, servers, torchrun, campaigns and long property runs: `./dev test -m "not
+# slow"` leaves them out for day-to-day work; CI runs everything. Whole modules are named
+# here; a single test that starts the real CLI or a server, or takes over about 0.7 s on a
+# 2-core machine, carries @pytest.mark.slow itself.
 SLOW = (
+    "tests/postgres/",
     "tests/test_e2e_local.py",
     "tests/test_demo.py",
     "tests/test_campaign.py",
@@ -53,9 +58,25 @@ SLOW = (
 )
 
 
+def _slow_path(rel: str) -> bool:
+    return rel.startswith(SLOW) or "daemon" in rel.rsplit("/", 1)[-1]
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With exactly `-m "not slow"`, slow modules are not even imported (torch, servers):
+    a few seconds of every worker's start-up in the fast subset."""
+    if config.option.markexpr.replace(" ", "") != "notslow":
+        return None
+    try:
+        rel = collection_path.relative_to(Path(str(config.rootpath))).as_posix()
+    except ValueError:
+        return None
+    return True if _slow_path(rel + ("/" if collection_path.is_dir() else "")) else None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     root = Path(str(config.rootpath))
     for item in items:
         rel = Path(str(item.fspath)).relative_to(root).as_posix()
-        if rel.startswith(SLOW) or "daemon" in rel.rsplit("/", 1)[-1]:
+        if _slow_path(rel):
             item.add_marker(pytest.mark.slow)

@@ -67,6 +67,7 @@ def test_logs_prints_stdout_and_stderr_of_the_attempt(world):
         )
 
 
+@pytest.mark.slow
 def test_follow_on_an_ended_attempt_prints_everything_and_returns(world):
     r = _invoke(world, "logs", world.ids["failed"], "-f", "--stream", "stdout")
     assert r.exit_code == 0 and r.stdout == "step 1\nstep 2\n"

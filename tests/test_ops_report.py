@@ -225,6 +225,7 @@ def test_report_by_job_and_cloud_and_all_time(world):
     assert all_time["total"]["cost_usd"] == 107.75 and all_time["window"]["start"] is None
 
 
+@pytest.mark.slow
 def test_report_until_clips_hours_and_spend(world):
     until = (world.t0 + 2 * H).isoformat()
     doc = _report(world, "--since", "", "--until", until, "--by", "cloud")
@@ -291,6 +292,7 @@ def test_window_end():
     assert window_end(Window.TOTAL, datetime(2026, 1, 1, tzinfo=UTC)) is None
 
 
+@pytest.mark.slow
 def test_budget_projected_to_the_end_of_the_window(tmp_path):
     w = make_ops_world(tmp_path)
     w.config.write_text(
@@ -327,6 +329,7 @@ def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.mark.slow
 def test_html_report_is_self_contained_and_its_plots_render(world, tmp_path):
     page = tmp_path / "report.html"
     r = runner.invoke(

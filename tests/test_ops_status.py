@@ -67,6 +67,7 @@ def test_rows_are_active_first_then_newest(world):
     assert ids[3:] == [i["failed"], i["done"]]
 
 
+@pytest.mark.slow
 def test_real_cli_at_80_columns_piped(world):
     env = {**os.environ, "COLUMNS": "80", "PYTHONPATH": str(Path(__file__).parents[1])}
     proc = subprocess.run(
@@ -211,6 +212,7 @@ def test_show_and_events_print_dates_and_zones(world, monkeypatch):
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
 
 
+@pytest.mark.slow
 def test_show_reads_at_80_columns_without_cutting_what_people_copy(world):
     """The real CLI, piped at 80 columns: the pool, the instance id and the checkpoint are
     whole, each attempt is two lines (when, how long, how it ended, cost), and the events

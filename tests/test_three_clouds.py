@@ -512,6 +512,7 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
         ("T4", "memory_gb = 15\n", "T4", 16.0),
     ],
 )
+@pytest.mark.slow
 def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
     clouds: Clouds, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     gpus: str, extra: str, model: str, memory: float,
@@ -577,6 +578,7 @@ def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow
 def test_prices_warnings_are_one_plain_line_per_cloud(clouds: Clouds, tmp_path: Path) -> None:
     """With the three clouds configured, a cloud's warning (AWS's Pricing API denied, so
     the shipped on-demand snapshot is used) is its message, not an object's repr."""

@@ -92,6 +92,7 @@ def test_is_a_provider(h: Harness) -> None:
     assert isinstance(h.provider.drain_events(), list)
 
 
+@pytest.mark.slow
 def test_launch_is_idempotent_on_the_token(h: Harness) -> None:
     req = h.request(_token())
     first = h.provider.launch(req)
@@ -105,12 +106,14 @@ def test_launch_is_idempotent_on_the_token(h: Harness) -> None:
     assert h.provider.find_by_token(_token()) == []
 
 
+@pytest.mark.slow
 def test_describe_of_an_unknown_id_is_not_found(h: Harness) -> None:
     assert h.unknown_ref is not None
     (seen,) = h.provider.describe([h.unknown_ref])
     assert seen.id == h.unknown_ref.id and seen.state is InstanceState.NOT_FOUND
 
 
+@pytest.mark.slow
 def test_terminate_is_idempotent_and_ends_the_instance(h: Harness) -> None:
     (inst,) = h.provider.launch(h.request(_token()))
     h.visible([inst.ref])
@@ -123,6 +126,7 @@ def test_terminate_is_idempotent_and_ends_the_instance(h: Harness) -> None:
     h.provider.terminate([h.unknown_ref])  # never seen: not an error either
 
 
+@pytest.mark.slow
 def test_tag_listing_returns_our_resources_only(h: Harness) -> None:
     (inst,) = h.provider.launch(h.request(_token()))
     h.visible([inst.ref])
@@ -133,6 +137,7 @@ def test_tag_listing_returns_our_resources_only(h: Harness) -> None:
     assert not [t for t in h.provider.list_tagged("someone-else") if t.ref.id == inst.id]
 
 
+@pytest.mark.slow
 def test_capacity_errors_are_typed_and_name_the_pool(h: Harness) -> None:
     if h.inject_capacity is None:
         pytest.skip("this harness cannot inject capacity errors")
@@ -149,6 +154,7 @@ def test_capacity_errors_are_typed_and_name_the_pool(h: Harness) -> None:
     assert seen.failure.pool == h.offering.pool
 
 
+@pytest.mark.slow
 def test_a_wrong_request_is_rejected_not_a_capacity_problem(h: Harness) -> None:
     req = h.request(_token(), env={"NOT A NAME": "x"})
     if isinstance(h.provider, FakeCloud):
@@ -159,6 +165,7 @@ def test_a_wrong_request_is_rejected_not_a_capacity_problem(h: Harness) -> None:
     assert not isinstance(info.value, CapacityUnavailable)
 
 
+@pytest.mark.slow
 def test_late_visibility_stays_within_the_stated_delay(h: Harness) -> None:
     (inst,) = h.provider.launch(h.request(_token()))
     delay = h.provider.capabilities.visibility_delay.total_seconds()

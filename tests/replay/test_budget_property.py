@@ -39,6 +39,7 @@ def cases(draw):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases())
 def test_hard_budget_never_overrun(case) -> None:  # type: ignore[no-untyped-def]

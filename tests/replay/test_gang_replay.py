@@ -26,6 +26,7 @@ def test_a_gang_pays_n_times_and_is_interrupted_about_n_times_as_often():
     assert gang_trace(base, 1) is base
 
 
+@pytest.mark.slow
 def test_the_deadline_bench_has_a_gang_setting():
     setting = scenarios.gang(quick=True)
     assert any(s.key == "gang" for s in scenarios.settings(quick=True))

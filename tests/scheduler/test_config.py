@@ -82,6 +82,7 @@ def test_missing_file(tmp_path):
         load_config(tmp_path / "nope.toml")
 
 
+@pytest.mark.slow
 def test_check_config_cli_exit_code_and_no_traceback(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text("[daemon]\naccrue_interval = -5\n")
@@ -145,6 +146,7 @@ def test_shipped_examples_validate():
     assert names == {"llama-finetune", "tiny-trainer", "tiny-gang"}
 
 
+@pytest.mark.slow
 def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(f'[daemon]\ndatabase_url = "sqlite:///{tmp_path}/db.sqlite"\n')
@@ -260,6 +262,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_database_password_is_never_printed(tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('[daemon]\ndatabase_url = "postgresql://alice:hunter2@db.example/spotwise"\n')
@@ -273,6 +276,7 @@ def test_database_password_is_never_printed(tmp_path):
     assert "hunter2" not in r.stdout + r.stderr
 
 
+@pytest.mark.slow
 def test_corrupted_database_is_one_line(tmp_path):
     db = tmp_path / "db.sqlite"
     db.write_bytes(b"this is not sqlite" * 300)
@@ -289,6 +293,7 @@ def test_corrupted_database_is_one_line(tmp_path):
         )
 
 
+@pytest.mark.slow
 def test_markup_in_user_text_is_printed_verbatim(tmp_path):
     bad = tmp_path / "bad.toml"
     bad.write_text('[daemon]\n"[/]" = 1\n"[red]x[/red]" = 2\n')

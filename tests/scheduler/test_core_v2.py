@@ -63,6 +63,7 @@ def test_exit_code_travels_through_the_checkpoint_store(make_world):
     assert w.attempts(jid)[0].exit_code == 3
 
 
+@pytest.mark.slow
 def test_owner_is_claimed_in_the_store_before_the_launch(make_world):
     w = make_world()
     seen: list[str | None] = []
@@ -329,6 +330,7 @@ def test_stopping_a_launching_attempt_terminates_what_the_cloud_started(make_wor
     assert w.job(jid).state is JobState.CANCELLED
 
 
+@pytest.mark.slow
 def test_budget_is_enforced_in_the_first_pass_of_a_crash_loop(make_world):
     """Each 'restart' launches, crashes before recording, restarts: never over the limit."""
     w = make_world(
@@ -430,6 +432,7 @@ def test_a_submit_never_waits_behind_a_slow_cloud_call(make_world):
         t.join(30)
 
 
+@pytest.mark.slow
 def test_late_visibility_after_a_restart_never_launches_twice(make_world):
     cloud = FakeCloud(
         [offering("us-east-1a", price=0.9), offering("us-east-1a", price=3.0, market="on-demand")],
@@ -451,6 +454,7 @@ def test_late_visibility_after_a_restart_never_launches_twice(make_world):
     assert a.state is AttemptState.RUNNING
 
 
+@pytest.mark.slow
 def test_fault_injection_every_job_completes_without_a_double_launch(make_world, tmp_path):
     from providers.fake import Faults
 

@@ -311,6 +311,7 @@ class FlakyCleanupCloud(PartialCloud):
 
 
 @pytest.mark.parametrize("started", [0, 2])
+@pytest.mark.slow
 def test_a_gang_whose_clean_up_failed_is_stopped_by_token_not_cancelled(make_world, started):
     """Whatever the failed launch left is found by its token and terminated; the attempt ends
     as a failed launch (never "cancelled by user"), and the job is re-placed elsewhere."""

@@ -148,6 +148,7 @@ def _bench_rows() -> list[dict[str, str]]:
     return list(csv.DictReader(io.TextIOWrapper(gzip.open(path))))
 
 
+@pytest.mark.slow
 def test_shipped_catalogs_are_canonical_and_one_row_per_pool():
     local = [
         (r.cloud, r.zone, r.instance_type, r.gpu_model, r.gpu_memory_gb) for r in load_catalog()
@@ -164,6 +165,7 @@ def test_shipped_catalogs_are_canonical_and_one_row_per_pool():
                 assert gpus.canonical(model, mem) == (model, mem), (model, mem)
 
 
+@pytest.mark.slow
 def test_local_zone_kept_apart_from_its_parent_zone():
     for rows in (
         [(r.zone, r.instance_type, r.spot_price) for r in load_catalog()],
@@ -211,6 +213,7 @@ def test_shipped_example_jobs_still_load():
         load_jobspec(p).validate_for_submit(datetime.now(UTC))
 
 
+@pytest.mark.slow
 def test_submit_cli_refuses_with_one_line_per_problem(tmp_path):
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(f'[daemon]\ndatabase_url = "sqlite:///{tmp_path}/db.sqlite"\n')

@@ -32,6 +32,7 @@ def _count_writes(w, monkeypatch) -> list[int]:
     return calls
 
 
+@pytest.mark.slow
 def test_a_pass_over_many_jobs_writes_in_a_few_transactions(make_world, monkeypatch):
     w = make_world()
     ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(60)]
@@ -69,6 +70,7 @@ def test_a_job_whose_write_fails_is_isolated_from_its_batch(make_world, monkeypa
     assert [e.job_id for e in w.events("step_failed")] == [bad]
 
 
+@pytest.mark.slow
 def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_world, monkeypatch):
     """60 instances interrupted at once (a zone reclaimed): one pass records every end and
     settles every job in a handful of commits (it was two per job), and each job is
@@ -95,6 +97,7 @@ def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_wo
     assert sum(pools.values()) == 60
 
 
+@pytest.mark.slow
 def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_world, monkeypatch):
     """The batch that holds a bad attempt is written again one by one: the others end and
     settle this pass; the bad one is retried (and ends) on a later pass."""

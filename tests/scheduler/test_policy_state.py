@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from sqlmodel import Session
 
 from scheduler.deadline import DeadlinePlanner
@@ -29,6 +30,7 @@ def _model(planner: DeadlinePlanner, jid: str):
     return planner._policies[jid].model
 
 
+@pytest.mark.slow
 def test_learned_availability_survives_a_restart(make_world):
     w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
     jid = w.submit(gpus="V100:1", gpu_hours=20, deadline="60h")
@@ -86,6 +88,7 @@ def test_restored_planner_gives_the_same_advice():
     assert cold.state("j") != old.state("j")  # a cold policy would have learned less
 
 
+@pytest.mark.slow
 def test_another_policy_starts_cold(make_world):
     w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
     jid = w.submit(gpus="V100:1", gpu_hours=20, deadline="60h")
@@ -100,6 +103,7 @@ def test_another_policy_starts_cold(make_world):
         assert s.get(PolicyState, jid).policy == "greedy"
 
 
+@pytest.mark.slow
 def test_a_new_job_starts_from_what_the_daemon_learned_of_its_shape(make_world):
     w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
     first = w.submit(name="first", gpus="V100:1", gpu_hours=20, deadline="60h")

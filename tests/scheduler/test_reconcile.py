@@ -80,6 +80,7 @@ def test_capacity_error_marks_pool_and_moves_on(make_world):
     assert w.attempts(jid2)[0].pool == "aws/us-east-1b/p3.2xlarge/spot"
 
 
+@pytest.mark.slow
 def test_transient_error_retries_with_same_token(make_world):
     w = make_world()
     pool = "aws/us-east-1a/p3.2xlarge/spot"
@@ -128,6 +129,7 @@ def test_cancel_stops_instance(make_world):
     assert w.attempts(jid)[0].end_reason is AttemptEnd.CANCELLED
 
 
+@pytest.mark.slow
 def test_hard_budget_holds_job_and_is_never_overrun(make_world):
     # $1 budget, $0.9/h spot: runs about an hour, then is stopped before crossing $1.
     w = make_world(
@@ -189,6 +191,7 @@ def test_leaked_instance_terminated_after_grace(make_world):
 
 
 @pytest.mark.parametrize("step", ["after_intent", "after_launch", "after_record"])
+@pytest.mark.slow
 def test_crash_at_each_step_never_launches_twice(make_world, step):
     w = make_world()
 
@@ -237,6 +240,7 @@ def test_fatal_launch_error_moves_to_next_offering(make_world):
 
 
 @pytest.mark.parametrize("policy", ["greedy", "spotwise"])
+@pytest.mark.slow
 def test_deadline_job_waits_for_spot_then_uses_on_demand(make_world, policy):
     from datetime import timedelta
 
@@ -280,6 +284,7 @@ def test_bad_deadline_policy_rejected():
         parse_config('[policy]\ndeadline_policy = "optimal"\n', "<f>")
 
 
+@pytest.mark.slow
 def test_held_job_released_when_limit_raised(make_world):
     from scheduler.config import BudgetSettings
 
@@ -305,6 +310,7 @@ def test_held_job_released_when_limit_raised(make_world):
     assert [e.kind for e in w.events("released")] == ["released"]
 
 
+@pytest.mark.slow
 def test_deadline_policy_moves_running_job_back_to_spot(make_world):
     """UP runs on-demand while behind; once ahead of its line and spot is back, it moves."""
     import json
@@ -427,6 +433,7 @@ def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
 
 
 @pytest.mark.parametrize("error", ["store", "bug"])
+@pytest.mark.slow
 def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch, error):
     from scheduler.store import StoreError
 

@@ -63,6 +63,7 @@ def test_a_daemon_on_another_host_with_a_fresh_heartbeat_is_refused(tmp_path):
     assert hb is not None and hb.status.startswith("1 running")
 
 
+@pytest.mark.slow
 def test_the_cli_never_creates_a_database(tmp_path):
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path / "state"}"\n')
@@ -77,6 +78,7 @@ def test_the_cli_never_creates_a_database(tmp_path):
     assert not (tmp_path / "state" / "spotwise.db").exists()
 
 
+@pytest.mark.slow
 def test_status_warns_and_fails_when_the_daemon_is_not_running(tmp_path):
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(f'[daemon]\nstate_dir = "{tmp_path}"\n')
@@ -178,6 +180,7 @@ def test_the_head_read_from_the_migration_files_is_alembics():
     assert head_revision() == ScriptDirectory.from_config(cfg).get_current_head()
 
 
+@pytest.mark.slow
 def test_status_does_not_import_alembic_or_the_daemon(tmp_path):
     """Every CLI start pays for what it imports: `status` needs neither the migrations
     machinery nor the controllers and simulator that `bench` pulls in."""

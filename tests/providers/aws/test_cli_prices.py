@@ -14,6 +14,7 @@ pytestmark = pytest.mark.timeout(60)
 __all__ = ["moto_prices"]  # the fixture, imported for use here
 
 
+@pytest.mark.slow
 def test_prices_cli_lists_live_aws_offerings(moto, pricing, moto_prices, tmp_path):
     from scheduler.cli import app
 

@@ -48,6 +48,7 @@ def test_unreachable_endpoint_is_transient(make_provider):
         p.list_tagged("tests")
 
 
+@pytest.mark.slow
 def test_credentials_never_leak(make_provider, moto, session, caplog):
     """An auth failure is fatal; no message, event or log line (botocore's debug output
     included) carries the secret."""

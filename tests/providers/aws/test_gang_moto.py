@@ -25,6 +25,7 @@ def _gang(moto: str, job_id: str) -> list[dict]:
     return out
 
 
+@pytest.mark.slow
 def test_a_gang_launches_into_a_placement_group_and_recovers_from_a_node_loss(
     moto, pricing, moto_prices, placement_groups, tmp_path
 ):

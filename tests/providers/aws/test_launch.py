@@ -99,6 +99,7 @@ def test_on_demand_launch(make_provider, moto, session):
     assert "InstanceMarketOptions" not in sent[0]
 
 
+@pytest.mark.slow
 def test_same_token_twice_is_one_instance(make_provider, moto, session):
     sent = capture(session, "RunInstances")
     p = make_provider(prices=False)
@@ -124,6 +125,7 @@ def test_long_tokens_become_valid_client_tokens(make_provider, moto, session):
     assert [i.id for i in make_provider(prices=False).find_by_token(token)] == [inst.id]
 
 
+@pytest.mark.slow
 def test_configured_network_profile_and_key(make_provider, moto, session):
     ec2 = ec2_client(moto)
     subnet = next(
@@ -163,6 +165,7 @@ def test_configured_network_profile_and_key(make_provider, moto, session):
         ("VcpuLimitExceeded", QuotaExceeded),
     ],
 )
+@pytest.mark.slow
 def test_capacity_and_quota_errors_name_the_pool(make_provider, moto, session, code, kind):
     calls = fail_times(
         session, "RunInstances", code, times=99, status=500 if code[0] == "I" else 400
@@ -190,6 +193,7 @@ def test_capacity_and_quota_errors_name_the_pool(make_provider, moto, session, c
         "InvalidPlacementGroup.Unknown",
     ],
 )
+@pytest.mark.slow
 def test_a_wrong_request_is_rejected_not_capacity(make_provider, moto, session, code):
     fail_times(session, "RunInstances", code, times=99, status=400)
     with pytest.raises(LaunchRejected, match=code.replace(".", r"\.")) as exc:
@@ -207,6 +211,7 @@ def test_a_wrong_request_is_rejected_not_capacity(make_provider, moto, session, 
         ("InvalidSubnetID.NotFound", 400),
     ],
 )
+@pytest.mark.slow
 def test_account_or_config_failures_are_fatal(make_provider, moto, session, code, status):
     fail_times(session, "RunInstances", code, times=99, status=status)
     with pytest.raises(FatalError, match=code.replace(".", r"\.")) as exc:
@@ -233,6 +238,7 @@ def test_invalid_env_name_oversize_or_empty_command_is_rejected(make_provider, m
     assert all_instances(moto) == []
 
 
+@pytest.mark.slow
 def test_a_gang_is_one_request_all_or_nothing_with_node_tags(
     make_provider, moto, session, placement_groups
 ):

@@ -106,6 +106,7 @@ def test_not_yet_visible_is_reported_honestly(make_provider, moto, session):
     assert seen.state is InstanceState.RUNNING
 
 
+@pytest.mark.slow
 def test_nothing_lives_in_memory_a_fresh_provider_sees_everything(make_provider, moto):
     """Restart safety: regions come from the refs (or every configured region)."""
     regions = [REGION, "us-west-2"]
@@ -123,6 +124,7 @@ def test_nothing_lives_in_memory_a_fresh_provider_sees_everything(make_provider,
     assert wrong.state is InstanceState.NOT_FOUND
 
 
+@pytest.mark.slow
 def test_list_tagged_instances_of_the_owner(make_provider, moto):
     p = make_provider(prices=False)
     (mine,) = p.launch(launch_request(token="m1"))
@@ -156,6 +158,7 @@ def test_loose_tagged_volumes_are_listed_and_deleted(make_provider, moto):
     assert p.list_tagged("tests") == []
 
 
+@pytest.mark.slow
 def test_find_by_token_and_across_regions(make_provider, moto):
     p = make_provider(prices=False, regions=[REGION, "us-west-2"])
     west = offering("g5.xlarge", "us-west-2a")
@@ -176,6 +179,7 @@ def test_find_by_token_and_across_regions(make_provider, moto):
     assert [i.state for i in fresh.find_by_token("job-9.attempt-1")] == [InstanceState.ENDED]
 
 
+@pytest.mark.slow
 def test_terminate_is_idempotent(make_provider, moto):
     p = make_provider(prices=False)
     (inst,) = p.launch(launch_request())
@@ -193,6 +197,7 @@ def test_terminate_is_idempotent(make_provider, moto):
     assert seen.end_reason is EndReason.TERMINATED
 
 
+@pytest.mark.slow
 def test_interruption_warning_from_sqs_sets_notice_at(make_provider, moto):
     sqs = boto3.client("sqs", region_name=REGION, endpoint_url=moto)
     url = sqs.create_queue(QueueName="spot-interruptions")["QueueUrl"]

@@ -26,6 +26,7 @@ def by_key(offers):
     return {(o.zone, o.instance_type, o.market): o for o in offers}
 
 
+@pytest.mark.slow
 def test_gpu_offerings_from_moto_catalogue(make_provider, moto, clock):
     # All NVIDIA families start with g or p; the filter spares moto serialising all 1,395 types
     # (11 s). Dropping non-GPU types is covered by the paging test.
@@ -240,6 +241,7 @@ def test_pricing_access_denied_falls_back_then_recovers(make_provider, pricing, 
     assert p.drain_events() == []
 
 
+@pytest.mark.slow
 def test_pricing_paged_and_licensed_products_ignored(make_provider, pricing):
     # The fake returns 2 products per type (one licensed decoy at a tenth of the price);
     # a page size of 1 would need paging; the adapter asks for 100 and must skip the decoy.
@@ -267,6 +269,7 @@ def test_subnets_restrict_zones(make_provider, moto):
     assert {o.zone for o in p.offerings()} == {"us-east-1b"}
 
 
+@pytest.mark.slow
 def test_two_regions_and_one_failing_region_keeps_the_rest(make_provider, session, clock):
     west_down = {"on": False}
 
@@ -311,6 +314,7 @@ def test_a_region_error_without_cache_is_raised_typed(make_provider, session):
         p.offerings()
 
 
+@pytest.mark.slow
 def test_local_zones_stay_apart_and_no_pool_is_listed_twice(make_provider, session):
     """A Local Zone is its own capacity pool in its parent region; duplicated rows from EC2
     (offerings or price history) never make duplicate offerings."""

@@ -50,6 +50,7 @@ database_url = "sqlite:///{tmp}/spotwise.db"
     return cfg
 
 
+@pytest.mark.slow
 def test_prices_cli_lists_live_azure_offerings(arm, prices, rg, tmp_path) -> None:
     from scheduler.cli import app
 

@@ -25,6 +25,7 @@ from tests.providers.azure.harness import t4_offering
 pytestmark = pytest.mark.timeout(60)
 
 
+@pytest.mark.slow
 def test_spot_launch_sends_the_right_wire_fields(make, arm, rg) -> None:
     ident = (
         f"/subscriptions/x/resourceGroups/{rg}/providers/Microsoft.ManagedIdentity/"
@@ -110,6 +111,7 @@ def test_public_ip_is_created_and_attached(make, arm, rg) -> None:
         (403, "AuthorizationFailed", "no permission", FatalError),
     ],
 )
+@pytest.mark.slow
 def test_synchronous_errors_are_typed(provider, arm, rg, status, code, message, exc) -> None:  # type: ignore[no-untyped-def]
     arm.fail_create = ArmError(status, code, message)
     req = request_for()

@@ -107,6 +107,7 @@ def test_leaked_nics_disks_and_ips_are_listed_and_deleted(make, provider, arm, r
     assert {t.ref.id for t in provider.list_tagged(OWNER)} == {live.id}
 
 
+@pytest.mark.slow
 def test_a_public_ip_is_deleted_with_its_vm_or_collected_later(make, arm, rg) -> None:
     p = make(public_ip=True)
     inst = _running(p)
@@ -168,6 +169,7 @@ def test_a_real_token_is_never_sent_over_http(make, arm) -> None:
     assert len(arm.requests) == n
 
 
+@pytest.mark.slow
 def test_many_refs_are_described_with_one_list(provider, arm, rg) -> None:
     launched = [provider.launch(request_for())[0] for _ in range(4)]
     arm.evict(rg, launched[0].id)

@@ -37,6 +37,7 @@ machine_types = ["n1-standard-4", "n1-standard-8", "g2-*"]
     return cfg
 
 
+@pytest.mark.slow
 def test_prices_cli_lists_live_gcp_offerings(fake: FakeGcp, tmp_path: Path) -> None:
     from scheduler.cli import app
 
