@@ -4,7 +4,6 @@ and a stale holder whose every write and cloud call is rejected (fencing)."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
@@ -128,14 +127,13 @@ def test_a_long_write_transaction_does_not_block_the_holders_renewal(pg_url, db)
 
 
 def test_a_takeover_ends_the_expired_holders_open_transaction(pg_url, db):
-    """A paused holder left a transaction open after an executemany (psycopg pipelines it,
-    and PostgreSQL then never fires idle_in_transaction_session_timeout): the standby ends
-    that session by its name and takes over, and none of the open transaction lands."""
+    """A paused holder left a write transaction open, and the server does not end it by
+    itself (idle_in_transaction_session_timeout does not fire after a pipelined executemany,
+    as psycopg sends it; here the timeout is simply off): the standby ends that session by
+    its name and takes over, and none of the open transaction lands."""
     a, b = _lease(pg_url), _lease(pg_url)
     assert a.try_acquire()
-    named = open_db(
-        pg_url, {"idle_in_transaction_session_timeout": 500}, application_name=a.session_name
-    )
+    named = open_db(pg_url, application_name=a.session_name)
     other = open_db(pg_url)  # not A's: left alone
     try:
         held = named.connect()
@@ -144,14 +142,13 @@ def test_a_takeover_ends_the_expired_holders_open_transaction(pg_url, db):
         held.execute(sa.text("SELECT epoch FROM daemonlease FOR KEY SHARE"))
         held.execute(
             sa.text("INSERT INTO event (at, level, kind, message) VALUES (:at, 'x', 'test', :m)"),
-            [{"at": NOW, "m": "open 1"}, {"at": NOW, "m": "open 2"}],
+            {"at": NOW, "m": "open"},
         )
         untouched.execute(sa.text("SELECT 1"))
-        time.sleep(1.5)  # three idle timeouts: the server has not ended it by itself
         expire_lease(pg_url)
         assert b.try_acquire()  # was: lock timeout, and again on every try
         assert (_row(db).holder, _row(db).epoch) == (b.holder, 2)
-        with pytest.raises(sa.exc.OperationalError, match="terminat"):
+        with pytest.raises(sa.exc.OperationalError, match="administrator command"):
             held.execute(sa.text("SELECT 1"))
         assert untouched.execute(sa.text("SELECT 1")).scalar() == 1
         assert _events(db) == []
