@@ -435,8 +435,8 @@ class LocalMarket:
         env.update(node_env or {})
         env.update(
             SPOTWISE_CLOUD="local",
-            SPOTWISE_NOTICE_FILE=str(instance_dir / state.NOTICE),
-            SPOTWISE_INSTANCE_ID=instance_id,
+            SPOTWISE_NOTICE_FILE=str(instance_dir / state.NOTICE),  # state.ENV_NOTICE_FILE
+            SPOTWISE_INSTANCE_ID=instance_id,  # state.ENV_INSTANCE_ID
         )
         tags = dict(request.tags)
         tags.setdefault(TAG_NODE, str(node))
@@ -700,7 +700,7 @@ class LocalMarket:
         d = self.instances_dir / ref.id
         alive = False
         with contextlib.suppress(Exception):
-            alive = state.supervisor_alive(d) or state.kill_job(ref.id, None)[1] > 0
+            alive = state.supervisor_alive(d) or state.kill_job(d, None)[1] > 0
         inst = not_found(ref, self.name)
         inst.state = InstanceState.RUNNING if alive else InstanceState.ENDED
         inst.end_reason = None if alive else EndReason.UNKNOWN
@@ -781,7 +781,7 @@ class LocalMarket:
                 job = state.read_json(d / state.JOB) or {}
                 pgid = job.get("pid") if isinstance(job.get("pid"), int) else None
                 ran = (d / state.JOB).exists() or (d / state.SUPERVISOR).exists()
-                killed, left = state.kill_job(instance_id, pgid) if ran else (0, 0)
+                killed, left = state.kill_job(d, pgid) if ran else (0, 0)
                 if left:  # unkillable (D state): it still runs, so it has not ended
                     self._warn(instance_id, f"{left} processes of an unsupervised job survive")
                     return None

@@ -41,7 +41,10 @@ TERMINATE = "terminate.request"
 LAUNCH_LOCK = "launch.lock"
 ENDED_DIR = "ended"
 # In every job's environment: finds its processes even after they left its process group.
+# The id alone is not enough: it derives from the launch token, so two markets on one host
+# (two daemons, two test workers) can share one; the notice file's path names the market.
 ENV_INSTANCE_ID = "SPOTWISE_INSTANCE_ID"
+ENV_NOTICE_FILE = "SPOTWISE_NOTICE_FILE"
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -120,21 +123,32 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
-def _has_marker(pid: int, marker: bytes) -> bool:
+def _has_marker(pid: int, marker: bytes, instance_dir: str) -> bool:
+    """The process carries this instance's id, and its notice file lies in this instance's
+    directory (the same id in another market's directory is another job)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
-            return marker in f.read().split(b"\0")
+            env = f.read().split(b"\0")
     except OSError:
         return False
+    if marker not in env:
+        return False
+    prefix = f"{ENV_NOTICE_FILE}=".encode()
+    for item in env:
+        if item.startswith(prefix):
+            notice = os.fsdecode(item[len(prefix) :])
+            return os.path.realpath(os.path.dirname(notice)) == instance_dir
+    return False
 
 
-def job_processes(instance_id: str, pgid: int | None) -> tuple[set[int], set[int]]:
+def job_processes(instance_dir: Path, pgid: int | None) -> tuple[set[int], set[int]]:
     """Live (non-zombie) processes of one instance's job: (process groups, lone pids).
 
     A process is the job's if it carries the instance's marker in its environment, so a
     recycled pgid is never mistaken for the job; a marked process outside the job's group (a
     setsid'd child) comes back as a lone pid. Without /proc: the recorded group, trusted."""
-    marker = f"{ENV_INSTANCE_ID}={instance_id}".encode()
+    marker = f"{ENV_INSTANCE_ID}={instance_dir.name}".encode()
+    where = os.path.realpath(instance_dir)
     groups: set[int] = set()
     lone: set[int] = set()
     try:
@@ -146,7 +160,7 @@ def job_processes(instance_id: str, pgid: int | None) -> tuple[set[int], set[int
             continue
         pid = int(name)
         st = _proc_stat(pid)
-        if st is None or st[0] in ("Z", "X") or not _has_marker(pid, marker):
+        if st is None or st[0] in ("Z", "X") or not _has_marker(pid, marker, where):
             continue
         if pgid and st[1] == pgid:
             groups.add(pgid)
@@ -155,7 +169,7 @@ def job_processes(instance_id: str, pgid: int | None) -> tuple[set[int], set[int
     return groups, lone
 
 
-def kill_job(instance_id: str, pgid: int | None, within_s: float = 2.0) -> tuple[int, int]:
+def kill_job(instance_dir: Path, pgid: int | None, within_s: float = 2.0) -> tuple[int, int]:
     """SIGKILL every process of the job (its group, then stragglers) until none is left or
     `within_s` passes: (groups/processes found alive at first, still alive at the end)."""
     if not os.path.isdir("/proc"):
@@ -166,7 +180,7 @@ def kill_job(instance_id: str, pgid: int | None, within_s: float = 2.0) -> tuple
     deadline = time.monotonic() + within_s
     found = -1
     while True:
-        groups, lone = job_processes(instance_id, pgid)
+        groups, lone = job_processes(instance_dir, pgid)
         if found < 0:
             found = len(groups) + len(lone)
         if not groups and not lone:

@@ -114,7 +114,7 @@ def kill_everything(d: Path) -> None:
                 os.kill(json.loads((inst / "supervisor.json").read_text())["pid"], signal.SIGKILL)
         with contextlib.suppress(Exception):
             job = json.loads((inst / "job.json").read_text())["pid"]
-            state.kill_job(inst.name, job)
+            state.kill_job(inst, job)
 
 
 def make_market(state_dir: Path, clock: object = None, **kw: object) -> LocalMarket:

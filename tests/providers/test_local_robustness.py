@@ -99,6 +99,32 @@ def test_a_killed_supervisor_takes_its_whole_job_along(state_dir: Path, tmp_path
     assert any(inst.id in e.message for e in m.drain_events())
 
 
+def test_an_orphan_is_swept_in_its_own_market_only(tmp_path: Path) -> None:
+    """Two markets on one host launch the same token, so their instances share an id (two
+    daemons, or two test workers): sweeping one market's orphan must not kill the job of the
+    other, as matching on the id alone did."""
+    mine, theirs = tmp_path / "mine", tmp_path / "theirs"
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    try:
+        a, b = make_market(mine), make_market(theirs)
+        cmd_a, child_a = job_with_child(tmp_path / "a", escape=True)
+        cmd_b, child_b = job_with_child(tmp_path / "b", escape=True)
+        ia, ib = launch(a, request(a, cmd_a)), launch(b, request(b, cmd_b))
+        assert ia.id == ib.id
+        orphan, other = started_child(child_a), started_child(child_b)
+        d = a.instance_dir(ia.id)
+        os.kill(pid_in(d / "supervisor.json"), signal.SIGKILL)
+        wait_for(lambda: not alive(pid_in(d / "job.json")), timeout=20)
+        a.terminate([ia.id])  # the orphan is swept: its escaped child killed
+        assert not alive(orphan)
+        assert alive(other) and alive(pid_in(b.instance_dir(ib.id) / "job.json"))
+        assert describe(b, ib.id).state is InstanceState.RUNNING
+    finally:
+        kill_everything(mine)
+        kill_everything(theirs)
+
+
 def test_terminate_of_an_orphan_kills_it(state_dir: Path, tmp_path: Path) -> None:
     m = make_market(state_dir)
     cmd, child_file = job_with_child(tmp_path, escape=True)
