@@ -9,12 +9,12 @@ PostgreSQL (Lease): replicas share the DaemonLease row. The holder renews it eve
 been renewed for `lease_ttl` (judged by the database's clock, so host clocks may differ).
 Every write transaction of the holder first locks the row FOR KEY SHARE where holder and
 epoch are still its own (`check`), so a stale holder's writes are rejected in the very
-transaction that would have made them, and a takeover waits for a write in flight to commit
-(while the holder's renewals, which touch no key column, do not). A takeover first ends the
-expired holder's sessions, found by name, so that a paused holder's open transaction is
-rolled back instead of holding the row until the holder runs again. A holder
-that has not renewed for `lease_deadline` (its monotonic clock, from before the renewal was
-sent) stops calling clouds and writing (`guard`), before a standby can take the lease.
+transaction that would have made them, and a takeover waits for a write in flight to end
+(while the holder's renewals, which touch no key column, do not). A takeover of an expired
+lease first ends the old holder's sessions, found by name, so that a transaction a paused
+holder left open is rolled back instead of holding the row until the holder runs again. A
+holder that has not renewed for `lease_deadline` (its monotonic clock, from before the
+renewal was sent) stops calling clouds and writing (`guard`), before a standby can take it.
 The CLI reads the same row to say who holds it and whether it is alive.
 """
 
@@ -223,14 +223,18 @@ _CREATE = sa.text(
     RETURNING epoch
     """
 )
+_EXPIRED = f"(renewed_at < {_NOW} - make_interval(secs => :ttl) OR status = 'stopped')"
+_TAKEABLE = sa.text(f"SELECT {_EXPIRED} FROM daemonlease WHERE name = :name")
+# NO KEY UPDATE: the holder's renewals (an UPDATE of no key column) wait behind it, its
+# write transactions (FOR KEY SHARE) do not.
+_HOLD = sa.text("SELECT epoch FROM daemonlease WHERE name = :name FOR NO KEY UPDATE")
 _LOCK = sa.text("SELECT epoch FROM daemonlease WHERE name = :name FOR UPDATE")
 _TAKE = sa.text(
     f"""
     UPDATE daemonlease
        SET holder = :holder, pid = :pid, host = :host, epoch = epoch + 1,
            started_at = {_NOW}, renewed_at = {_NOW}, version = :version, status = 'starting'
-     WHERE name = :name
-       AND (renewed_at < {_NOW} - make_interval(secs => :ttl) OR status = 'stopped')
+     WHERE name = :name AND {_EXPIRED}
     RETURNING epoch
     """
 )
@@ -317,11 +321,14 @@ class Lease:
         self._lost_lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._said_cannot_end = False
+        self._said_cannot_end: str | None = None  # the last such warning, said once
 
     # -- acquiring (standby) -----------------------------------------------------------------
     def try_acquire(self) -> bool:
-        """Take the lease if it is free, expired or released (one transaction)."""
+        """Take the lease if it is free, expired or released. A lease that is neither is
+        left without taking any lock (a poll never delays the holder). Otherwise one
+        transaction: hold the row against renewals, end the expired holder's sessions, lock
+        the row FOR UPDATE (which waits for the holder's writes still in flight) and take it."""
         sent = self._monotonic()
         params = {
             "name": LEASE_NAME,
@@ -333,9 +340,9 @@ class Lease:
         }
         with self.engine.begin() as c:
             epoch = c.execute(_CREATE, params).scalar()
-        if epoch is None:
-            self._end_expired_sessions(params)
-            with self.engine.begin() as c:
+            if epoch is None and c.execute(_TAKEABLE, params).scalar():
+                c.execute(_HOLD, params)
+                self._end_expired_sessions(c, params)
                 c.execute(_LOCK, params)
                 epoch = c.execute(_TAKE, params).scalar()
         if epoch is None:
@@ -345,24 +352,27 @@ class Lease:
         log.info("took the lease as %s (epoch %d)", self.holder, epoch)
         return True
 
-    def _end_expired_sessions(self, params: dict[str, object]) -> None:
+    def _end_expired_sessions(self, c: sa.Connection, params: dict[str, object]) -> None:
         """End the sessions of a holder whose lease has expired, so that a transaction it left
         open (a paused or wedged process) releases the lease row now. The server's
         idle_in_transaction_session_timeout is not enough: PostgreSQL does not re-arm it after
-        a pipeline's trailing flush, which psycopg's executemany sends. A holder is past its
-        lease_deadline by then and writes nothing more, so nothing it meant to keep is lost;
-        a transaction it had open is rolled back whole. Best effort: a role that may not
-        signal the holder's sessions (another role, no pg_signal_backend) waits instead."""
+        a pipeline's trailing flush, which psycopg's executemany sends. The caller holds the
+        row against renewals (_HOLD), so the holder cannot renew in between; it is past its
+        lease_deadline and writes nothing more, so nothing it meant to keep is lost, and a
+        transaction it had open is rolled back whole. Best effort, in a savepoint: a role that
+        may not signal the holder's sessions (another role without pg_signal_backend, or a
+        superuser holder) is warned about, and the takeover waits for them instead."""
         try:
-            with self.engine.begin() as c:
+            with c.begin_nested():
                 ended = c.execute(_END_EXPIRED, params).scalar() or 0
         except sa.exc.DBAPIError as e:
-            if not self._said_cannot_end:
-                self._said_cannot_end = True
+            why = _first_line(e)
+            if why != self._said_cannot_end:
+                self._said_cannot_end = why
                 log.warning(
                     "standby: cannot end the expired holder's sessions (%s); the takeover "
                     "waits for them to end",
-                    _first_line(e),
+                    why,
                 )
             return
         if ended:

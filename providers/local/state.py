@@ -123,7 +123,7 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
         return None
 
 
-def _has_marker(pid: int, marker: bytes, instance_dir: str) -> bool:
+def _has_marker(pid: int, marker: bytes, instance_dir: Path) -> bool:
     """The process carries this instance's id, and its notice file lies in this instance's
     directory (the same id in another market's directory is another job)."""
     try:
@@ -136,8 +136,11 @@ def _has_marker(pid: int, marker: bytes, instance_dir: str) -> bool:
     prefix = f"{ENV_NOTICE_FILE}=".encode()
     for item in env:
         if item.startswith(prefix):
-            notice = os.fsdecode(item[len(prefix) :])
-            return os.path.realpath(os.path.dirname(notice)) == instance_dir
+            where = os.path.dirname(os.fsdecode(item[len(prefix) :]))
+            try:  # one directory, however reached (symlinks, bind mounts)
+                return os.path.samefile(where, instance_dir)
+            except OSError:  # gone: only the same path can be ours
+                return os.path.realpath(where) == os.path.realpath(instance_dir)
     return False
 
 
@@ -148,7 +151,6 @@ def job_processes(instance_dir: Path, pgid: int | None) -> tuple[set[int], set[i
     recycled pgid is never mistaken for the job; a marked process outside the job's group (a
     setsid'd child) comes back as a lone pid. Without /proc: the recorded group, trusted."""
     marker = f"{ENV_INSTANCE_ID}={instance_dir.name}".encode()
-    where = os.path.realpath(instance_dir)
     groups: set[int] = set()
     lone: set[int] = set()
     try:
@@ -160,7 +162,7 @@ def job_processes(instance_dir: Path, pgid: int | None) -> tuple[set[int], set[i
             continue
         pid = int(name)
         st = _proc_stat(pid)
-        if st is None or st[0] in ("Z", "X") or not _has_marker(pid, marker, where):
+        if st is None or st[0] in ("Z", "X") or not _has_marker(pid, marker, instance_dir):
             continue
         if pgid and st[1] == pgid:
             groups.add(pgid)

@@ -171,6 +171,19 @@ def test_a_live_holders_sessions_are_never_ended(pg_url, db):
         named.dispose()
 
 
+def test_a_standby_polling_a_live_lease_waits_for_nothing(pg_url, db):
+    """A poll of a lease that has not expired takes no lock: it neither waits behind the
+    holder's long write transaction nor holds up the holder's renewals."""
+    a, b = _lease(pg_url), _lease(pg_url)
+    assert a.try_acquire()
+    with Db(db, a).write() as s:
+        s.add(Event(at=NOW, kind="test", message="long"))
+        s.flush()
+        assert b.try_acquire() is False  # was: a lock timeout behind the write
+        assert a.renew() and a.lost is None
+    assert _events(db) == ["long"]
+
+
 def test_the_first_daemon_creates_the_lease_and_a_second_waits(pg_url, db):
     a, b = _lease(pg_url), _lease(pg_url)
     assert a.try_acquire() and a.epoch == 1
