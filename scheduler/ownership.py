@@ -223,7 +223,9 @@ _CREATE = sa.text(
     RETURNING epoch
     """
 )
-_EXPIRED = f"(renewed_at < {_NOW} - make_interval(secs => :ttl) OR status = 'stopped')"
+# Not renewed for lease_ttl by the server's clock; expired = that, or released.
+_STALE = f"renewed_at < {_NOW} - make_interval(secs => :ttl)"
+_EXPIRED = f"({_STALE} OR status = 'stopped')"
 _TAKEABLE = sa.text(f"SELECT {_EXPIRED} FROM daemonlease WHERE name = :name")
 # NO KEY UPDATE: the holder's renewals (an UPDATE of no key column) wait behind it, its
 # write transactions (FOR KEY SHARE) do not.
@@ -238,8 +240,8 @@ _TAKE = sa.text(
     RETURNING epoch
     """
 )
-# A holder's sessions are named SESSION_PREFIX + the last part of its holder id. Only an
-# expired, unreleased lease's holder is ended, judged by the same clock and TTL as _TAKE.
+# A holder's sessions are named SESSION_PREFIX + the last part of its holder id. Only a stale,
+# unreleased lease's holder is ended (_STALE's columns exist only in daemonlease).
 SESSION_PREFIX = "spotwise-"
 _END_EXPIRED = sa.text(
     f"""
@@ -251,7 +253,7 @@ _END_EXPIRED = sa.text(
        AND a.application_name = '{SESSION_PREFIX}' || substring(l.holder from '[^:]*$')
        AND l.holder <> :holder
        AND l.status <> 'stopped'
-       AND l.renewed_at < {_NOW} - make_interval(secs => :ttl)
+       AND {_STALE}
     """
 )
 _RENEW = sa.text(

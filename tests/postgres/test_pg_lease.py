@@ -135,9 +135,8 @@ def test_a_takeover_ends_the_expired_holders_open_transaction(pg_url, db):
     assert a.try_acquire()
     named = open_db(pg_url, application_name=a.session_name)
     other = open_db(pg_url)  # not A's: left alone
+    held, untouched = named.connect(), other.connect()
     try:
-        held = named.connect()
-        untouched = other.connect()
         held.begin()
         held.execute(sa.text("SELECT epoch FROM daemonlease FOR KEY SHARE"))
         held.execute(
