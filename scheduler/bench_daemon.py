@@ -21,6 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 import typer
@@ -163,10 +164,14 @@ def _rss_mb() -> float:
 
 
 def _status_json(engine: sa.Engine) -> str:
-    try:
-        rows = views.job_rows(engine, iso_times=True)  # what `status -o json` reads
-    except TypeError:  # older versions: rows held datetimes
-        rows = views.job_rows(engine)
+    """What `status -o json` writes (and what older versions did: the bench runs on them)."""
+    if hasattr(views, "job_rows_json"):
+        rows: Any = views.job_rows_json(engine)
+    else:
+        try:
+            rows = views.job_rows(engine, iso_times=True)
+        except TypeError:  # older versions: rows held datetimes
+            rows = views.job_rows(engine)
     document = views.document(jobs=rows, daemon_warning=None)
     dumps = getattr(views, "dumps_document", None)  # absent before 0.3: what the CLI did then
     if dumps is None:

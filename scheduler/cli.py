@@ -472,7 +472,8 @@ def status(
                 )
             return
         # Byte for byte what _print_json writes, much faster over thousands of rows.
-        doc = views.document(jobs=rows(iso_times=True), daemon_warning=warning, daemon=_lease(hb))
+        jobs = views.job_rows_json(engine, states=states, team=team)
+        doc = views.document(jobs=jobs, daemon_warning=warning, daemon=_lease(hb))
         sys.stdout.write(views.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)

@@ -139,6 +139,8 @@ class Attempt(SQLModel, table=True):
 
     id: str = Field(primary_key=True)  # "<job id>-a<number>"
     job_id: str = Field(index=True, foreign_key="job.id")
+    # 1, 2, ... per job, written with Job.attempts: a job's latest attempt is numbered
+    # `attempts` (how `status` finds it).
     number: int
     token: str = Field(unique=True)
     provider: str

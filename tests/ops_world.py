@@ -73,7 +73,8 @@ def make_ops_world(tmp: Path, *, beat: bool = True) -> OpsWorld:
                 job.failures, job.step_failures, job.last_error = 3, 2, "boom"
                 job.not_before = now + timedelta(hours=1)
                 job.settled_attempt = f"{job.id}-a1"
-                job.attempts = 1
+            if key in ("failed", "running"):
+                job.attempts = 1  # the daemon writes it with each attempt (Attempt.number)
             if key == "held":
                 job.held_budget, job.held_limit_usd = "research", 500.0
             s.add(job)

@@ -8,6 +8,8 @@ import random
 from datetime import timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlmodel import Session, select
 
 from providers.base import EndReason, Market
@@ -239,18 +241,100 @@ def test_status_rows_with_iso_times_are_what_json_default_writes_in_time_order(m
     assert by_id[done]["instance_id"] is None  # an ended attempt is not shown
 
 
-def test_status_rows_on_an_sqlite_without_materialized_ctes(make_world, monkeypatch):
-    """SQLite before 3.35 has no `AS MATERIALIZED`: the plain CTE gives the same rows."""
-    import sqlite3
+def _status_world(make_world):
+    """Jobs in every shape `status` shows: running, recovering onto a second attempt, pending
+    with a deadline (whole and fractional seconds), finished, several created at one instant
+    (the order falls back to ids), and reasons that hold what an encoder must escape."""
+    from sqlmodel import Session
+
+    from scheduler.models import Job
 
     w = make_world()
-    for i in range(3):
-        w.submit(name=f"j{i}", gpus="V100:1")
+    same = [w.submit(name=f"same{i}", gpus="V100:1") for i in range(5)]
+    w.clock.advance(0.5)
+    w.submit(name="half", gpus="V100:1", deadline="2026-06-02T00:00:00.000123Z")
+    w.submit(name="whole", gpus="A100:8", deadline="2026-06-03T00:00:00Z")
     w.tick()
-    rows = views.job_rows(w.rec.engine, iso_times=True)
-    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 34, 1))
-    assert not views._can_materialize(w.rec.engine)
-    assert views.job_rows(w.rec.engine, iso_times=True) == rows
+    w.provider.end(w.attempts(same[0])[0].instance_id, EndReason.INTERRUPTED)
+    w.tick()
+    w.tick()
+    w.provider.end(w.attempts(same[1])[0].instance_id, EndReason.EXITED, exit_code=0)
+    w.tick()
+    with Session(w.rec.engine) as s:
+        job = s.get(Job, same[2])
+        job.reason = 'quotes " \\ \x1e sep, newline\n, %s, ünïcode ✓, \x00'
+        s.add(job)
+        s.commit()
+    return w, same
+
+
+def test_status_json_is_the_rows_json_dumps_writes_byte_for_byte(make_world):
+    """`status -o json` encodes a column at a time: the document must be exactly what
+    json.dumps writes for `job_rows` (the shown attempt is the job's latest, times as
+    json_default writes them, the order and every escape the same)."""
+    w, same = _status_world(make_world)
+    assert len(w.attempts(same[0])) == 2 and w.attempts(same[0])[1].instance_id
+    rows = views.job_rows(w.rec.engine)
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[same[0]]["instance_id"] == w.attempts(same[0])[1].instance_id  # the latest
+    assert by_id[same[1]]["instance_id"] is None and by_id[same[1]]["state"] == "SUCCEEDED"
+    for kw in ({}, {"states": ["running"]}, {"team": "nobody"}):
+        expected = views.document(jobs=views.job_rows(w.rec.engine, **kw), daemon_warning="w")
+        fast = views.document(jobs=views.job_rows_json(w.rec.engine, **kw), daemon_warning="w")
+        text = json.dumps(expected, indent=2, default=views.json_default)
+        assert views.dumps_document(fast) == text, kw
+    assert json.loads(text)["jobs"] == []  # the last filter matched nothing: "[]" as well
+
+
+def test_status_rows_are_active_first_then_newest_then_by_id(make_world):
+    from sqlmodel import Session, select
+
+    from scheduler.models import Job
+
+    w, _ = _status_world(make_world)
+    with Session(w.rec.engine) as s:
+        jobs = list(s.exec(select(Job)).all())
+    expected = sorted(jobs, key=lambda j: j.id)
+    expected.sort(key=lambda j: j.created_at, reverse=True)
+    expected.sort(key=lambda j: j.state.terminal)
+    assert [r["id"] for r in views.job_rows(w.rec.engine)] == [j.id for j in expected]
+    assert len({j.created_at for j in jobs}) < len(jobs)  # ties exist: ids decide them
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        ["2026-06-01 00:00:00.000000", None, "2026-06-01 00:00:00.500000"],
+        ["2026-06-01 00:00:00.000001"] * 3,
+        [None, None],
+        ["2026-06-01 00:00:00", "2026-06-01 00:00:00.250000"],  # written by hand: per value
+    ],
+)
+def test_times_converted_a_column_at_a_time_are_json_defaults(stored):
+    assert views._iso_column(stored) == [views._iso(x) for x in stored]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 4).flatmap(
+        lambda width: st.lists(
+            st.lists(
+                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+                min_size=width,
+                max_size=width,
+            ),
+            max_size=4,
+        ).map(lambda rows: (width, rows))
+    )
+)
+def test_a_table_encoded_by_columns_is_what_json_dumps_writes(table):
+    width, rows = table
+    fields = tuple(f"f{i}" for i in range(width))
+    dicts = [dict(zip(fields, r, strict=True)) for r in rows]
+    expected = json.dumps({"rows": dicts}, indent=2)
+    flat = [v for r in rows for v in r]
+    got = views.dumps_document({"rows": views.EncodedJson(views._encode_table(fields, flat))})
+    assert got == expected
 
 
 def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
