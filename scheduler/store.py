@@ -25,6 +25,15 @@ def _location(uri: str) -> contract.Location:
     return contract.parse_uri(uri)
 
 
+def is_local(uri: str) -> bool:
+    """A local (file://, path) store; False for S3 and for a URI that does not parse (its
+    claim fails and says why). Parsed through the claim's cache: one parse per URI."""
+    try:
+        return _location(uri).is_local
+    except ValueError:
+        return False
+
+
 def _temp_file(directory: str, name: str) -> tuple[int, str]:
     """A new private temp file beside `name` (what tempfile.mkstemp makes, without drawing
     a random name per write): unique per process and thread, created exclusively."""
@@ -109,9 +118,14 @@ class CheckpointStores:
         except BotoCoreError as e:
             raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {type(e).__name__}") from None
 
+    def guard(self) -> None:
+        """Called before every write: raises StoreError when this process may no longer
+        write (FencedStores: the lease). Nothing here."""
+
     def write(self, uri: str, name: str, text: str, *, sync: bool = True) -> None:
         """Write atomically (temp file, rename). A local file is fsynced unless `sync` is
         False: then the caller makes many writes durable at once with `sync_local`."""
+        self.guard()
         try:
             loc = _location(uri)
         except ValueError as e:
@@ -161,13 +175,71 @@ class CheckpointStores:
         checkpoints. A store reused by another job is claimed afresh. With `sync` False the
         caller makes many claims durable at once (`sync_local`).
         """
+        doc = contract.owner_doc(attempt, attempt_id, job_id)
+        if self._claim_new(uri, doc, sync=sync):
+            return
         current = contract.parse_json(self.read(uri, contract.OWNER)) or {}
         theirs = current.get("attempt")
         if current.get("job_id") == job_id and isinstance(theirs, int) and theirs > attempt:
             raise StoreError(
                 f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
             )
-        self.write(uri, contract.OWNER, contract.owner_doc(attempt, attempt_id, job_id), sync=sync)
+        self.write(uri, contract.OWNER, doc, sync=sync)
+
+    def _claim_new(self, uri: str, doc: str, *, sync: bool) -> bool:
+        """The first claim of a local store: when its directory does not exist, create it
+        and write `owner.json` in it directly. No read (nothing can be there), no temp
+        file and no rename: a 10,000-job pass makes 10,000 fewer lookups, renames and
+        temp names. False, with nothing written, when the store exists or is not local:
+        `claim` then reads the owner and replaces it atomically.
+
+        As safe as the rename: every attempt is launched only after its claim, and the
+        claim creates the directory, so no trainer of any attempt reads this owner.json
+        yet; until this write completes it reads as no owner, as it would before the
+        rename. A crash halfway leaves an empty directory or a short file, which
+        `parse_json` takes for no owner: the next claim finds the directory and takes the
+        general path. Durable: unless `sync` is False (the caller's `sync_local` then
+        covers it before any cloud call), the file, its directory and the parent are
+        fsynced here."""
+        try:
+            loc = _location(uri)
+        except ValueError:
+            return False  # the general path says why
+        if not loc.is_local:
+            return False
+        self.guard()  # before the mkdir: a stale daemon creates nothing
+        directory = str(loc.path)
+        target = os.path.join(directory, contract.OWNER)
+        try:
+            try:
+                os.mkdir(directory)
+            except FileNotFoundError:  # the stores' root: made once
+                os.makedirs(os.path.dirname(directory), exist_ok=True)
+                os.mkdir(directory)
+        except FileExistsError:
+            return False
+        except OSError as e:
+            raise StoreError(f"cannot write {target}: {e}") from None
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                data = doc.encode()
+                while data:
+                    data = data[os.write(fd, data) :]
+                if sync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            if sync:
+                for d in (directory, os.path.dirname(directory)):
+                    dfd = os.open(d, os.O_RDONLY)
+                    try:
+                        os.fsync(dfd)
+                    finally:
+                        os.close(dfd)
+        except OSError as e:
+            raise StoreError(f"cannot write {target}: {e}") from None
+        return True
 
     @staticmethod
     def sync_local() -> None:

@@ -98,12 +98,12 @@ class FencedStores(CheckpointStores):
         super().__init__()
         self._fence = fence
 
-    def write(self, uri: str, name: str, text: str, *, sync: bool = True) -> None:
+    def guard(self) -> None:
+        """Every write and every first claim (CheckpointStores calls it before either)."""
         try:
             self._fence.guard()
         except ProviderError as e:  # LeaseLost
             raise StoreError(str(e)) from None
-        super().write(uri, name, text, sync=sync)
 
 
 @dataclass(frozen=True, slots=True)

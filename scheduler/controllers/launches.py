@@ -63,7 +63,7 @@ from scheduler.controllers.spend import request_stop
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import gang_shortfall
 from scheduler.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job, JobState
-from scheduler.store import CheckpointStores, StoreError
+from scheduler.store import CheckpointStores, StoreError, is_local
 from trainer import contract
 
 
@@ -259,14 +259,20 @@ class LaunchController:
                 return a.id, e
             return a.id, None
 
+        results: list[tuple[str, Exception | None]] = []
         if not many:
             results = [one(x) for x in ready]
         else:
-            local: list[tuple[Any, _JobView, Provider]] = []
+            # Each local claim right after its check: the store's URI cache then parses
+            # each URI once, however many more jobs than its size the pass launches.
             remote: list[tuple[Any, _JobView, Provider]] = []
+            local = False
             for x in ready:
-                (local if _is_local(x[1].checkpoint_uri) else remote).append(x)
-            results = [one(x) for x in local]
+                if is_local(x[1].checkpoint_uri):
+                    results.append(one(x))
+                    local = True
+                else:
+                    remote.append(x)
             if remote:
                 with ThreadPoolExecutor(max_workers=min(8, len(remote))) as pool:
                     results.extend(pool.map(one, remote))
@@ -686,13 +692,6 @@ def _record_launched(
             running,
         )
     return out
-
-
-def _is_local(uri: str) -> bool:
-    try:
-        return contract.parse_uri(uri).is_local
-    except ValueError:
-        return False  # its claim failed and says why
 
 
 def _chunks(items: list[str], n: int) -> list[list[str]]:
