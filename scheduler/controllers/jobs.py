@@ -38,6 +38,7 @@ from scheduler.controllers.base import (
     CatalogHolder,
     CrashForTest,
     Db,
+    collections_paused,
     hours,
     later,
     safe_message,
@@ -209,6 +210,10 @@ class JobController:
     # -- the pass ----------------------------------------------------------------------------
     def step(self, only: list[str] | None = None) -> list[str]:
         """Step every active job (or `only` these); returns the attempt ids of new intents."""
+        with collections_paused():
+            return self._step(only)
+
+    def _step(self, only: list[str] | None) -> list[str]:
         with self.db.read() as s:
             jobs = self._active_jobs(s, only)
             if not jobs:

@@ -43,6 +43,7 @@ from scheduler.controllers.base import (
     Db,
     Result,
     Steps,
+    collections_paused,
     finding,
     job_running,
     launching,
@@ -65,6 +66,30 @@ from scheduler.lifecycle import gang_shortfall
 from scheduler.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job, JobState
 from scheduler.store import CheckpointStores, StoreError, is_local
 from trainer import contract
+
+# What launching reads of an Attempt (`launch` and `_request`): the first read of a pass
+# converts these for every row, not all of the table's columns.
+_LAUNCH_COLUMNS = (
+    "id",
+    "job_id",
+    "number",
+    "token",
+    "provider",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "market",
+    "pool",
+    "price_per_hour",
+    "gpu_count",
+    "nodes",
+    "state",
+    "instance_id",
+    "stop_requested_at",
+    "launch_requested_at",
+    "created_at",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,15 +147,20 @@ class LaunchController:
         """Launch these LAUNCHING attempts: one read, the store claims (concurrent I/O), one
         write of launch_requested_at, the cloud calls (concurrent, one deadline each), one
         write of the results. A pass costs a few transactions, not a few per job."""
+        with collections_paused():
+            return self._launch(attempt_ids)
+
+    def _launch(self, attempt_ids: Sequence[str]) -> list[LaunchOutcome]:
         clouds = self._clouds()
         now = self.clock.now()
         out: list[LaunchOutcome] = []
         rows: list[tuple[Any, _JobView]] = []
         t, jt = table_of(Attempt), table_of(Job)
         with self.db.read() as s:
-            # Core rows (an Attempt's columns, read-only here): the writes below re-read.
+            # Core rows of what launching reads (read-only here: the writes below re-read).
+            cols = [t.c[name] for name in _LAUNCH_COLUMNS]
             for chunk in _chunks(list(attempt_ids), 500):
-                q = sa.select(t, jt.c.spec_json, jt.c.checkpoint_uri).where(
+                q = sa.select(*cols, jt.c.spec_json, jt.c.checkpoint_uri).where(
                     t.c.job_id == jt.c.id, t.c.id.in_(chunk)
                 )
                 rows.extend(
