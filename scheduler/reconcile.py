@@ -78,7 +78,9 @@ class Reconciler:
         )
         self.spend = SpendController(self.db, clock, self.catalogs, cfg)
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
-        self.instances = InstanceController(self.db, clock, clouds, self.stores, cfg)
+        self.instances = InstanceController(
+            self.db, clock, clouds, self.stores, cfg, self.spend.settle_ended
+        )
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
         )

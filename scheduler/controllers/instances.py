@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlmodel import col, select
+from sqlmodel import Session, col, select
 
 from providers.base import (
     EndReason,
@@ -84,12 +84,16 @@ class InstanceController:
         clouds: Callable[[], Clouds],
         stores: CheckpointStores,
         config: Callable[[], Config],
+        settle: Callable[[Session, datetime], None],
     ) -> None:
         self._config = config
         self.db = db
         self.clock = clock
         self._clouds = clouds
         self.stores = stores
+        # Bills attempts whose end this controller writes up to that end, in the same write
+        # (SpendController.settle_ended): an accrual may have charged past it already.
+        self._settle = settle
 
     def observe(self) -> None:
         clouds = self._clouds()
@@ -259,6 +263,7 @@ class InstanceController:
                 )
             if mine and all(r.state is AttemptState.ENDED for r in mine):
                 self._end_gang(s, a, list(mine), failures, done, code, now)
+                self._settle(s, now)
                 return
             lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
             if (noticed or lost) and a.stop_requested_at is None:
@@ -421,6 +426,7 @@ class InstanceController:
                     # Billing stops when the instance did; the outcome waits for the store.
                     a.ended_at = min(inst.ended_at or now, now)
                     s.add(a)
+                    self._settle(s, now)
                 msg = f"cannot read the checkpoint store ({e}); will retry"
                 if a is not None and a.detail != msg:
                     a.detail = msg
@@ -460,6 +466,8 @@ class InstanceController:
                     self._running(s, a, inst, now, known)
                 else:
                     self._end(s, a, inst, facts, now, known)
+            if any(facts is not None for _, _, facts in batch):
+                self._settle(s, now)
             del held
 
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:

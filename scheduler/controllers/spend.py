@@ -95,10 +95,23 @@ class SpendController:
         with self.db.write() as s:
             self.enforce(s, now)
 
-    def _accrue(self, s: Session, now: datetime, prices: Catalog) -> None:
+    def settle_ended(self, s: Session, now: datetime) -> None:
+        """Bill the attempts whose end was just written up to that end, in the same
+        transaction: an end learned after an accrual had charged past it is refunded at
+        once, so a job's cost and its budgets never show time the instance did not run."""
+        self._accrue(s, now, self.catalog.catalog, _ended_unaccrued(s))
+
+    def _accrue(
+        self,
+        s: Session,
+        now: datetime,
+        prices: Catalog,
+        rows: list[tuple[Attempt, str, str]] | None = None,
+    ) -> None:
         """Prices are piecewise constant between polls: each interval is charged at the price
         in effect during it (`billed_price`), then the attempt takes the current price."""
-        rows = _to_accrue(s)
+        if rows is None:
+            rows = _to_accrue(s)
         job_delta: dict[str, float] = {}
         buckets = _buckets_since(s, rows)
         nodes = nodes_of(s, [a.id for a, _, _ in rows]) if rows else {}
@@ -261,8 +274,9 @@ class SpendController:
             ws = budgets.window_start(rule.window, now)
             if ws is not None:
                 start = max(start, ws)
-            if now > start:
-                total += (a.billed_price or a.price_per_hour) * a.nodes * hours(now - start)
+            end = min(now, a.ended_at) if a.ended_at is not None else now  # store unreadable
+            if end > start:
+                total += (a.billed_price or a.price_per_hour) * a.nodes * hours(end - start)
         return total
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
@@ -349,20 +363,26 @@ def _to_accrue(s: Session) -> list[tuple[Attempt, str, str]]:
     """Every started attempt that is live or not yet accrued up to its end, with its job's
     name and team: two indexed reads (by state; by the partial index of unaccrued ones),
     never a scan of the finished attempts a long-lived database holds."""
-    base = select(Attempt, Job.name, Job.team).where(
-        Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None)
-    )
     out: dict[str, tuple[Attempt, str, str]] = {}
-    for q in (
-        base.where(col(Attempt.state).in_(LIVE)),
-        # The partial index's predicate (models.UNACCRUED), term for term.
-        base.where(
-            col(Attempt.accrued_until).is_(None) | (Attempt.accrued_until != Attempt.ended_at)
-        ),
-    ):
-        for a, name, team in s.exec(q).all():
-            out.setdefault(a.id, (a, name, team))
+    for a, name, team in s.exec(_STARTED.where(col(Attempt.state).in_(LIVE))).all():
+        out[a.id] = (a, name, team)
+    for row in _ended_unaccrued(s):
+        out.setdefault(row[0].id, row)
     return list(out.values())
+
+
+def _ended_unaccrued(s: Session) -> list[tuple[Attempt, str, str]]:
+    """Started attempts not accrued up to their end (or never accrued), through the partial
+    index: its predicate (models.UNACCRUED), term for term."""
+    q = _STARTED.where(
+        col(Attempt.accrued_until).is_(None) | (Attempt.accrued_until != Attempt.ended_at)
+    )
+    return [(a, name, team) for a, name, team in s.exec(q).all()]
+
+
+_STARTED = select(Attempt, Job.name, Job.team).where(
+    Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None)
+)
 
 
 def _buckets_since(

@@ -18,6 +18,7 @@ from providers.base import (
     Market,
 )
 from providers.fake import FakeCloud
+from scheduler.controllers.base import hours
 from scheduler.jobs import cancel
 from scheduler.models import Attempt, AttemptEnd, AttemptState, Event, Job, JobState, SpendBucket
 from scheduler.reconcile import CrashForTest, Reconciler
@@ -288,6 +289,51 @@ def test_spend_accrues_at_each_intervals_price(make_world):
     with Session(w.rec.engine) as s:
         buckets = s.exec(select(SpendBucket).where(SpendBucket.job_id == jid)).all()
     assert sum(b.usd for b in buckets) == pytest.approx(expect, rel=1e-6)
+
+
+def _billed(w, jid: str) -> tuple[float, float, float]:
+    """The job's cost, its attempts' and its spend buckets' sums."""
+    with Session(w.rec.engine) as s:
+        buckets = s.exec(select(SpendBucket).where(SpendBucket.job_id == jid)).all()
+    return (
+        w.job(jid).cost_usd,
+        sum(a.cost_usd for a in w.attempts(jid)),
+        sum(b.usd for b in buckets),
+    )
+
+
+@pytest.mark.parametrize("store", ["readable", "unreadable"])
+def test_an_end_learned_after_an_accrual_is_refunded_by_the_pass_that_learns_it(
+    make_world, monkeypatch, store
+):
+    """An accrual charges up to now; the instance had ended before that, and the pass that
+    sees the end must bill it only to the end at once (not at the next accrual): a job's
+    cost, its buckets and the budgets read from them never show time it did not run. With
+    the store unreadable the outcome waits, but billing stops at the end all the same."""
+    w = make_world(budgets=[{"name": "all", "limit_usd": 100.0, "window": "total"}])
+    jid = w.submit(gpus="V100:1", spot="only")
+    w.tick()
+    (a,) = w.attempts(jid)
+    w.tick(600)
+    if store == "unreadable":
+        _deny_store_reads(monkeypatch)
+    w.provider.end(a.instance_id, EndReason.INTERRUPTED)
+    ended = w.clock.now()
+    w.clock.advance(300)
+    w.rec.accrue()  # five minutes past the end, not known yet
+    assert w.attempts(jid)[0].cost_usd > 0.9 * hours(ended - a.started_at) + 0.07
+    w.clock.advance(5)
+    w.rec.reconcile()  # learns the end; no accrual after it
+    first = w.attempts(jid)[0]
+    assert first.ended_at == ended and first.accrued_until == ended
+    paid = 0.9 * hours(ended - a.started_at)
+    assert first.cost_usd == pytest.approx(paid, rel=1e-9)
+    cost, attempts, buckets = _billed(w, jid)
+    assert cost == pytest.approx(attempts, rel=1e-9) and buckets == pytest.approx(cost, rel=1e-9)
+    assert cost == pytest.approx(paid, rel=1e-9)  # any new attempt is not billed yet
+    with w.rec.db.read() as s:
+        (budget,) = w.rec.spend.statuses(s, w.clock.now())
+    assert budget.spent == pytest.approx(paid, rel=1e-9)
 
 
 def test_adopted_instance_is_billed_from_its_launch_time(make_world):

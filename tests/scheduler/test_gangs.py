@@ -103,6 +103,29 @@ def test_a_gang_is_billed_per_node_at_the_price_paid_and_budgets_see_n_times_the
     assert st[0].burn_per_hour == pytest.approx(2 * 0.9)
 
 
+def test_a_gang_whose_end_is_learned_after_an_accrual_is_billed_to_its_end_at_once(make_world):
+    """Both nodes end, an accrual charges past that, then a pass learns it: the gang, each
+    node and the job are billed to the nodes' ends in that pass, not at the next accrual."""
+    w = make_world()
+    jid = w.submit(gpus="V100:1", nodes=2)
+    w.tick()
+    w.tick(600)
+    (a,) = w.attempts(jid)
+    for n in _nodes(w, a.id):
+        w.provider.end(n.instance_id, EndReason.EXITED, exit_code=0)
+    ended = w.clock.now()
+    w.clock.advance(300)
+    w.rec.accrue()
+    w.clock.advance(5)
+    w.rec.reconcile()
+    (a,) = w.attempts(jid)[:1]
+    paid = 0.9 * (ended - a.started_at).total_seconds() / 3600
+    assert a.state is AttemptState.ENDED and a.accrued_until == a.ended_at == ended
+    assert [n.cost_usd for n in _nodes(w, a.id)] == [pytest.approx(paid, rel=1e-9)] * 2
+    assert a.cost_usd == pytest.approx(2 * paid, rel=1e-9)
+    assert w.job(jid).cost_usd == pytest.approx(2 * paid, rel=1e-9)
+
+
 def test_a_notice_on_one_node_stops_the_whole_gang_which_is_replaced(make_world):
     w = make_world()
     jid = w.submit(gpus="V100:1", nodes=2)
