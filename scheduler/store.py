@@ -231,7 +231,7 @@ class CheckpointStores:
             finally:
                 os.close(fd)
             if sync:
-                for d in (directory, os.path.dirname(directory)):
+                for d in (directory, os.path.dirname(directory) or os.curdir):
                     dfd = os.open(d, os.O_RDONLY)
                     try:
                         os.fsync(dfd)

@@ -158,3 +158,11 @@ def test_a_claim_of_a_store_whose_root_is_missing_creates_it(tmp_path: Path) -> 
     uri = (tmp_path / "a" / "b" / "job").as_uri()
     CheckpointStores().claim(uri, 1, "a-1", "j-1")
     assert contract.owner_attempt((tmp_path / "a" / "b" / "job" / contract.OWNER).read_text()) == 1
+
+
+def test_a_first_claim_of_a_relative_path_is_fsynced_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    CheckpointStores().claim("job", 1, "a-1", "j-1", sync=True)
+    assert contract.owner_attempt((tmp_path / "job" / contract.OWNER).read_text()) == 1
