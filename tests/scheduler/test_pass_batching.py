@@ -308,6 +308,8 @@ def test_status_rows_are_active_first_then_newest_then_by_id(make_world):
         ["2026-06-01 00:00:00.000001"] * 3,
         [None, None],
         ["2026-06-01 00:00:00", "2026-06-01 00:00:00.250000"],  # written by hand: per value
+        ["2026-06-01 00:00:00.000+00"],  # 26 wide, not SQLAlchemy's format
+        ["2026-06-01 00:00:00.00000Z", "2026-06-01 00:00:00.000000"],
     ],
 )
 def test_times_converted_a_column_at_a_time_are_json_defaults(stored):
