@@ -7,6 +7,7 @@ One field name per concept in every document: `cost_usd` is what a job or attemp
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -293,21 +294,25 @@ def _status_query(states: list[str] | None, team: str | None) -> sa.Select[Any]:
 
 def _iso_column(stored: list[Any]) -> list[str | None]:
     """Stored times as `json_default` writes them. SQLite's text ("YYYY-MM-DD
-    HH:MM:SS.ffffff", every value the same width) is rewritten a column at a time: a "T",
+    HH:MM:SS.ffffff", checked by a pattern) is rewritten a column at a time: a "T",
     no zero fraction (isoformat drops it), then "Z". Anything else goes value by value."""
     present = [x for x in stored if x is not None]
     if not present:
         return [None] * len(stored)
-    if set(map(type, present)) != {str} or set(map(len, present)) != {26}:
-        return [_iso(x) for x in stored]
     sep = _VALUE_SEP  # never in a stored time
-    text = (sep.join(present) + sep).replace(" ", "T").replace(".000000" + sep, sep)
+    text = sep.join(present) + sep if set(map(type, present)) == {str} else ""
+    if not _STORED_TIMES.fullmatch(text):
+        return [_iso(x) for x in stored]
+    text = text.replace(" ", "T").replace(".000000" + sep, sep)
     iso: list[str | None] = list(text.replace(sep, "Z" + sep).split(sep)[:-1])
     if len(present) == len(stored):
         return iso
     it = iter(iso)
     return [None if x is None else next(it) for x in stored]
 
+
+# SQLAlchemy's SQLite DATETIME text, each followed by _VALUE_SEP.
+_STORED_TIMES = re.compile(r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\x1e)+", re.ASCII)
 
 _STATUS_FIELDS = (
     "id",

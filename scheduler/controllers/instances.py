@@ -84,7 +84,7 @@ class InstanceController:
         clouds: Callable[[], Clouds],
         stores: CheckpointStores,
         config: Callable[[], Config],
-        settle: Callable[[Session, datetime], None],
+        settle: Callable[[Session, datetime, list[str]], None],
     ) -> None:
         self._config = config
         self.db = db
@@ -179,19 +179,7 @@ class InstanceController:
                 if inst.state is InstanceState.NOT_FOUND and now - since < delay:
                     continue
                 views[row.node] = inst
-            try:
-                self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
-            except StoreError as e:
-                with self.db.write() as s:
-                    emit(
-                        s,
-                        now,
-                        "store_unreadable",
-                        f"cannot read the checkpoint store ({e}); will retry",
-                        job_id=a.job_id,
-                        attempt_id=a.id,
-                        level="warning",
-                    )
+            self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
 
     def _apply_gang(
         self,
@@ -207,11 +195,14 @@ class InstanceController:
             r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
             for r in rows
         )
-        done, code = False, None
+        done, code, unreadable = False, None, None
         if all_end:  # store I/O, outside the transaction
-            done = self.stores.done(uri)
-            if not done:
-                code = self.stores.exit_code(uri, a.number)
+            try:
+                done = self.stores.done(uri)
+                if not done:
+                    code = self.stores.exit_code(uri, a.number)
+            except StoreError as e:
+                unreadable = f"cannot read the checkpoint store ({e}); will retry"
         cfg = self._config().daemon
         with self.db.write() as s:
             fresh = s.get(Attempt, a.id)
@@ -224,6 +215,7 @@ class InstanceController:
                 .order_by(col(AttemptInstance.node))
             ).all()
             failures: dict[int, FailureKind] = {}
+            node_ended = False
             for r in mine:
                 inst = views.get(r.node)
                 if inst is None:
@@ -234,6 +226,7 @@ class InstanceController:
                 observe_node(r, inst, now)
                 s.add(r)
                 if was is not AttemptState.ENDED and r.state is AttemptState.ENDED:
+                    node_ended = True
                     emit(
                         s,
                         now,
@@ -262,9 +255,27 @@ class InstanceController:
                     level="warning",
                 )
             if mine and all(r.state is AttemptState.ENDED for r in mine):
-                self._end_gang(s, a, list(mine), failures, done, code, now)
-                self._settle(s, now)
+                if unreadable is None:
+                    self._end_gang(s, a, list(mine), failures, done, code, now)
+                else:  # billing stops when the nodes did; the outcome waits for the store
+                    ends = [r.ended_at for r in mine if r.ended_at is not None]
+                    a.ended_at = a.ended_at or max(ends, default=now)
+                    if a.detail != unreadable:
+                        a.detail = unreadable
+                        emit(
+                            s,
+                            now,
+                            "store_unreadable",
+                            unreadable,
+                            job_id=a.job_id,
+                            attempt_id=a.id,
+                            level="warning",
+                        )
+                    s.add(a)
+                self._settle(s, now, [a.id])
                 return
+            if node_ended:  # one node's end, while its peers run: billed to its end now
+                self._settle(s, now, [a.id])
             lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
             if (noticed or lost) and a.stop_requested_at is None:
                 # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
@@ -426,7 +437,7 @@ class InstanceController:
                     # Billing stops when the instance did; the outcome waits for the store.
                     a.ended_at = min(inst.ended_at or now, now)
                     s.add(a)
-                    self._settle(s, now)
+                    self._settle(s, now, [a.id])
                 msg = f"cannot read the checkpoint store ({e}); will retry"
                 if a is not None and a.detail != msg:
                     a.detail = msg
@@ -466,8 +477,7 @@ class InstanceController:
                     self._running(s, a, inst, now, known)
                 else:
                     self._end(s, a, inst, facts, now, known)
-            if any(facts is not None for _, _, facts in batch):
-                self._settle(s, now)
+            self._settle(s, now, [x.attempt_id for x, _, facts in batch if facts is not None])
             del held
 
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:

@@ -95,11 +95,18 @@ class SpendController:
         with self.db.write() as s:
             self.enforce(s, now)
 
-    def settle_ended(self, s: Session, now: datetime) -> None:
-        """Bill the attempts whose end was just written up to that end, in the same
-        transaction: an end learned after an accrual had charged past it is refunded at
-        once, so a job's cost and its budgets never show time the instance did not run."""
-        self._accrue(s, now, self.catalog.catalog, _ended_unaccrued(s))
+    def settle_ended(self, s: Session, now: datetime, attempt_ids: Sequence[str]) -> None:
+        """Bill these attempts, whose end (or a node's) was just written, up to that end in
+        the same transaction, and publish the budgets again: an end learned after an accrual
+        had charged past it is refunded at once, so a job's cost, its buckets and its
+        budgets never show time the instance did not run."""
+        if not attempt_ids:
+            return
+        q = _STARTED.where(col(Attempt.id).in_(list(attempt_ids)))
+        rows = [(a, name, team) for a, name, team in s.exec(q).all()]
+        if rows:
+            self._accrue(s, now, self.catalog.catalog, rows)
+            self.enforce(s, now)
 
     def _accrue(
         self,

@@ -23,11 +23,13 @@ from scheduler.models import (
     AttemptEnd,
     AttemptInstance,
     AttemptState,
+    BudgetSpend,
     JobState,
     PoolState,
 )
 from scheduler.placement import PlacementContext, Requirements, expected_cost, gang_rate, place
 from scheduler.reconcile import CrashForTest, Reconciler
+from scheduler.store import CheckpointStores, StoreError
 from tests.fakes import NOW, FakeProvider, offering
 from tests.scheduler.conftest import World
 from trainer import contract
@@ -103,14 +105,27 @@ def test_a_gang_is_billed_per_node_at_the_price_paid_and_budgets_see_n_times_the
     assert st[0].burn_per_hour == pytest.approx(2 * 0.9)
 
 
-def test_a_gang_whose_end_is_learned_after_an_accrual_is_billed_to_its_end_at_once(make_world):
+def _published(w) -> float:
+    with Session(w.rec.engine) as s:
+        (row,) = s.exec(select(BudgetSpend)).all()
+    return row.spent_usd
+
+
+@pytest.mark.parametrize("store", ["readable", "unreadable"])
+def test_a_gang_whose_end_is_learned_after_an_accrual_is_billed_to_its_end_at_once(
+    make_world, monkeypatch, store
+):
     """Both nodes end, an accrual charges past that, then a pass learns it: the gang, each
-    node and the job are billed to the nodes' ends in that pass, not at the next accrual."""
-    w = make_world()
+    node, the job and the published budget are billed to the nodes' ends in that pass, not at
+    the next accrual. With the store unreadable the outcome waits, billing stops all the same
+    (passes later, nothing more is charged)."""
+    w = make_world(budgets=[{"name": "all", "limit_usd": 100.0, "window": "total"}])
     jid = w.submit(gpus="V100:1", nodes=2)
     w.tick()
     w.tick(600)
     (a,) = w.attempts(jid)
+    if store == "unreadable":
+        monkeypatch.setattr(CheckpointStores, "read", _denied)
     for n in _nodes(w, a.id):
         w.provider.end(n.instance_id, EndReason.EXITED, exit_code=0)
     ended = w.clock.now()
@@ -118,12 +133,45 @@ def test_a_gang_whose_end_is_learned_after_an_accrual_is_billed_to_its_end_at_on
     w.rec.accrue()
     w.clock.advance(5)
     w.rec.reconcile()
+    if store == "unreadable":
+        w.tick(300, n=3)  # still unreadable: no outcome, no more billing
     (a,) = w.attempts(jid)[:1]
     paid = 0.9 * (ended - a.started_at).total_seconds() / 3600
-    assert a.state is AttemptState.ENDED and a.accrued_until == a.ended_at == ended
+    assert a.accrued_until == a.ended_at == ended
+    assert (a.state is AttemptState.ENDED) is (store == "readable")
     assert [n.cost_usd for n in _nodes(w, a.id)] == [pytest.approx(paid, rel=1e-9)] * 2
     assert a.cost_usd == pytest.approx(2 * paid, rel=1e-9)
     assert w.job(jid).cost_usd == pytest.approx(2 * paid, rel=1e-9)
+    assert _published(w) == pytest.approx(2 * paid, rel=1e-6)
+    if store == "unreadable":
+        assert len(w.events("store_unreadable")) == 1  # said once, not every pass
+
+
+def test_a_node_that_ends_before_its_peers_is_billed_to_its_end_in_that_pass(make_world):
+    w = make_world(budgets=[{"name": "all", "limit_usd": 100.0, "window": "total"}])
+    jid = w.submit(gpus="V100:1", nodes=2)
+    w.tick()
+    w.tick(600)
+    (a,) = w.attempts(jid)
+    first = _nodes(w, a.id)[0]
+    w.provider.end(first.instance_id, EndReason.INTERRUPTED)
+    ended = w.clock.now()
+    w.clock.advance(300)
+    w.rec.accrue()
+    w.clock.advance(5)
+    w.rec.reconcile()  # learns node 0's end (and stops node 1): no accrual after it
+    node0, node1 = _nodes(w, a.id)
+    assert node0.accrued_until == node0.ended_at == ended
+    assert node0.cost_usd == pytest.approx(0.9 * (ended - first.started_at).total_seconds() / 3600)
+    assert node1.state is not AttemptState.ENDED or node1.ended_at > ended
+    (a,) = w.attempts(jid)[:1]
+    assert a.cost_usd == pytest.approx(node0.cost_usd + node1.cost_usd, rel=1e-9)
+    assert w.job(jid).cost_usd == pytest.approx(a.cost_usd, rel=1e-9)
+    assert _published(w) == pytest.approx(a.cost_usd, rel=1e-6)
+
+
+def _denied(self, uri, name):
+    raise StoreError("s3://bucket/ckpt/DONE: AccessDenied")
 
 
 def test_a_notice_on_one_node_stops_the_whole_gang_which_is_replaced(make_world):

@@ -286,18 +286,27 @@ def test_status_json_is_the_rows_json_dumps_writes_byte_for_byte(make_world):
     assert json.loads(text)["jobs"] == []  # the last filter matched nothing: "[]" as well
 
 
-def test_status_rows_are_active_first_then_newest_then_by_id(make_world):
+def test_status_rows_are_active_first_then_newest_then_by_id_with_the_latest_attempt(make_world):
     from sqlmodel import Session, select
 
-    from scheduler.models import Job
+    from scheduler.models import Attempt, AttemptState, Job
 
     w, _ = _status_world(make_world)
     with Session(w.rec.engine) as s:
         jobs = list(s.exec(select(Job)).all())
+        attempts = list(s.exec(select(Attempt)).all())
     expected = sorted(jobs, key=lambda j: j.id)
     expected.sort(key=lambda j: j.created_at, reverse=True)
     expected.sort(key=lambda j: j.state.terminal)
-    assert [r["id"] for r in views.job_rows(w.rec.engine)] == [j.id for j in expected]
+    latest = {a.job_id: a for a in sorted(attempts, key=lambda a: a.number)}
+    shown = {
+        j.id: latest[j.id].instance_id
+        for j in jobs
+        if j.id in latest and latest[j.id].state is not AttemptState.ENDED
+    }
+    for rows in (views.job_rows(w.rec.engine), json.loads(views.job_rows_json(w.rec.engine).text)):
+        assert [r["id"] for r in rows] == [j.id for j in expected]
+        assert {r["id"]: r["instance_id"] for r in rows} == {j.id: shown.get(j.id) for j in jobs}
     assert len({j.created_at for j in jobs}) < len(jobs)  # ties exist: ids decide them
 
 
@@ -308,6 +317,8 @@ def test_status_rows_are_active_first_then_newest_then_by_id(make_world):
         ["2026-06-01 00:00:00.000001"] * 3,
         [None, None],
         ["2026-06-01 00:00:00", "2026-06-01 00:00:00.250000"],  # written by hand: per value
+        ["2026-06-01 00:00:00.000+00"],  # 26 wide, not SQLAlchemy's format
+        ["2026-06-01 00:00:00.00000Z", "2026-06-01 00:00:00.000000"],
     ],
 )
 def test_times_converted_a_column_at_a_time_are_json_defaults(stored):
