@@ -195,14 +195,15 @@ class InstanceController:
             r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
             for r in rows
         )
-        done, code, unreadable = False, None, None
+        done, code = False, None
+        unreadable: StoreError | None = None
         if all_end:  # store I/O, outside the transaction
             try:
                 done = self.stores.done(uri)
                 if not done:
                     code = self.stores.exit_code(uri, a.number)
             except StoreError as e:
-                unreadable = f"cannot read the checkpoint store ({e}); will retry"
+                unreadable = e
         cfg = self._config().daemon
         with self.db.write() as s:
             fresh = s.get(Attempt, a.id)
@@ -257,22 +258,10 @@ class InstanceController:
             if mine and all(r.state is AttemptState.ENDED for r in mine):
                 if unreadable is None:
                     self._end_gang(s, a, list(mine), failures, done, code, now)
-                else:  # billing stops when the nodes did; the outcome waits for the store
+                    self._settle(s, now, [a.id])
+                else:
                     ends = [r.ended_at for r in mine if r.ended_at is not None]
-                    a.ended_at = a.ended_at or max(ends, default=now)
-                    if a.detail != unreadable:
-                        a.detail = unreadable
-                        emit(
-                            s,
-                            now,
-                            "store_unreadable",
-                            unreadable,
-                            job_id=a.job_id,
-                            attempt_id=a.id,
-                            level="warning",
-                        )
-                    s.add(a)
-                self._settle(s, now, [a.id])
+                    self._await_store(s, a, max(ends, default=now), unreadable, now)
                 return
             if node_ended:  # one node's end, while its peers run: billed to its end now
                 self._settle(s, now, [a.id])
@@ -433,25 +422,24 @@ class InstanceController:
         except Exception as e:  # StoreError, or a store file we cannot parse
             with self.db.write() as s:
                 a = s.get(Attempt, x.attempt_id)
-                if a is not None and a.ended_at is None:
-                    # Billing stops when the instance did; the outcome waits for the store.
-                    a.ended_at = min(inst.ended_at or now, now)
-                    s.add(a)
-                    self._settle(s, now, [a.id])
-                msg = f"cannot read the checkpoint store ({e}); will retry"
-                if a is not None and a.detail != msg:
-                    a.detail = msg
-                    s.add(a)
-                    emit(
-                        s,
-                        now,
-                        "store_unreadable",
-                        msg,
-                        job_id=x.job_id,
-                        attempt_id=x.attempt_id,
-                        level="warning",
-                    )
+                if a is not None:
+                    self._await_store(s, a, min(inst.ended_at or now, now), e, now)
             return None
+
+    def _await_store(
+        self, s: Session, a: Attempt, ended_at: datetime, error: Exception, now: datetime
+    ) -> None:
+        """The instance (every node of a gang) ended but its store cannot be read: billing
+        stops at the end, settled in this write, and the outcome waits for the store (said
+        once per reason, not every pass)."""
+        if a.ended_at is None:
+            a.ended_at = ended_at
+            self._settle(s, now, [a.id])
+        msg = f"cannot read the checkpoint store ({error}); will retry"
+        if a.detail != msg:
+            a.detail = msg
+            emit(s, now, "store_unreadable", msg, job_id=a.job_id, attempt_id=a.id, level="warning")
+        s.add(a)
 
     def _write(self, batch: list[tuple[_Live, Instance, Ended | None]], now: datetime) -> None:
         """One transaction for the batch: its attempts, node rows and pool states read in
