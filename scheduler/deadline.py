@@ -30,6 +30,8 @@ class DeadlineJob:
     deadline: datetime
     work_hours: float  # wall-clock hours of work on one instance of the requested shape
     progress: float  # fraction done, 0..1
+    # USD paid so far per instance (the daemon's record); None: the policy keeps its own ledger
+    spent: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +141,7 @@ class DeadlinePlanner:
             spot_price={z: float(zone_price.get(z, np.inf)) for z in sorted(seen)},
             on_demand_price=float(cat.price[ondemand].min()),
             tick_hours=self.tick_hours,
+            spent=job.spent,
         )
         policy.observe(obs)
         action = policy.decide(obs)

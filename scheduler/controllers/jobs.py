@@ -45,7 +45,7 @@ from scheduler.controllers.base import (
 )
 from scheduler.controllers.rows import CHUNK, live_job_ids, load_by_id, table_of
 from scheduler.controllers.rows import chunks as id_chunks
-from scheduler.controllers.spend import SpendController, request_stop
+from scheduler.controllers.spend import SpendController, request_stop, unaccrued_usd
 from scheduler.deadline import DeadlineAdvice, DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, settle
@@ -587,7 +587,7 @@ class JobController:
             s,
             planner,
             now,
-            _deadline_job(job, spec),
+            _deadline_job(job, spec, now, a),
             Requirements.from_spec(spec),
             facts.catalog,
             ctx,
@@ -888,7 +888,7 @@ class JobController:
         if job.deadline is not None and spec.gpu_hours:
             with self.db.write() as s:
                 advice = self._advise(
-                    s, self._planner(), now, _deadline_job(job, spec), req, facts.catalog, ctx
+                    s, self._planner(), now, _deadline_job(job, spec, now), req, facts.catalog, ctx
                 )
             if advice.context is None:
                 self._explain(job, advice.reason, now, writes)
@@ -954,14 +954,27 @@ def _job_heads(s: Session, job_ids: list[str]) -> dict[str, Any]:
     return out
 
 
-def _deadline_job(job: Job, spec: JobSpec) -> DeadlineJob:
+def _deadline_job(
+    job: Job, spec: JobSpec, now: datetime, live: Attempt | None = None
+) -> DeadlineJob:
+    """The job as its deadline policy sees it. `spent` is what the daemon recorded it paying
+    (the price actually paid, plus the live attempt's time since the last accrual), per
+    instance as the policy's prices are: its regret hedge must count every dollar, including
+    hours its own ledger never saw (the daemon down, a slow pass, a policy that started cold
+    after a SIGHUP or an unreadable state row)."""
     per_instance = spec.gpu_specs()[0].count * spec.nodes
     progress = 0.0
     if job.total_steps and job.progress_step:
         progress = min(1.0, job.progress_step / job.total_steps)
     assert job.deadline is not None and spec.gpu_hours is not None
+    paid = job.cost_usd + (unaccrued_usd(live, now) if live is not None else 0.0)
     return DeadlineJob(
-        job.id, job.created_at, job.deadline, spec.gpu_hours / per_instance, progress
+        job.id,
+        job.created_at,
+        job.deadline,
+        spec.gpu_hours / per_instance,
+        progress,
+        spent=paid / spec.nodes,
     )
 
 

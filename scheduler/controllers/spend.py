@@ -272,19 +272,12 @@ class SpendController:
             col(Attempt.state).in_(LIVE),
             col(Attempt.started_at).is_not(None),
         )
-        total = 0.0
-        for a, name, team in s.exec(q).all():
-            if not rule.applies_to(name, team):
-                continue
-            start = a.accrued_until or a.started_at
-            assert start is not None
-            ws = budgets.window_start(rule.window, now)
-            if ws is not None:
-                start = max(start, ws)
-            end = min(now, a.ended_at) if a.ended_at is not None else now  # store unreadable
-            if end > start:
-                total += (a.billed_price or a.price_per_hour) * a.nodes * hours(end - start)
-        return total
+        since = budgets.window_start(rule.window, now)
+        return sum(
+            unaccrued_usd(a, now, since)
+            for a, name, team in s.exec(q).all()
+            if rule.applies_to(name, team)
+        )
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
         """Publish every budget; stop what would cross a hard limit before the next check."""
@@ -364,6 +357,20 @@ class SpendController:
                 attempt_id=a.id,
                 level="warning",
             )
+
+
+def unaccrued_usd(a: Attempt, now: datetime, since: datetime | None = None) -> float:
+    """What `a` (all its nodes) has cost since its last accrual (or `since`, if later), at its
+    interval price: spend that is paid but not yet in the buckets or `cost_usd`."""
+    if a.started_at is None:
+        return 0.0
+    start = a.accrued_until or a.started_at
+    if since is not None:
+        start = max(start, since)
+    end = min(now, a.ended_at) if a.ended_at is not None else now  # ended: store unreadable
+    if end <= start:
+        return 0.0
+    return (a.billed_price or a.price_per_hour) * a.nodes * hours(end - start)
 
 
 def _to_accrue(s: Session) -> list[tuple[Attempt, str, str]]:
