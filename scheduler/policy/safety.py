@@ -9,13 +9,15 @@ below PRICE_ENTER x on-demand.
 
 Regret (in the spirit of ROSS's hedge): "regret" is what the job would cost above running
 all-on-demand if it went to on-demand for good now. `hedge_allows_spot` refuses any spot
-tick whose worst case (billed, then interrupted with nothing kept) could push that past
-HEDGE_MARGIN x the all-on-demand cost, so a job that follows it never costs more than
-(1 + HEDGE_MARGIN) x all-on-demand, whatever the trace.
+tick whose worst case (billed through the tick or the launch overhead, then interrupted
+with only what the checkpoints kept) could push that past HEDGE_MARGIN x the all-on-demand
+cost, so a job that follows it never costs more than (1 + HEDGE_MARGIN) x all-on-demand,
+whatever the trace.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from .base import EPS, Observation
@@ -82,19 +84,33 @@ def hedge_margin(obs: Observation) -> float:
 
 
 def hedge_allows_spot(obs: Observation, zone: str, spent: float) -> bool:
-    """One more tick on spot in `zone` cannot, at worst, push regret past the margin.
+    """Spot in `zone` cannot, at worst, push regret past the margin before it does work.
 
-    Worst case: the whole tick is billed (plus any migration), the attempt is interrupted
-    at its end with no progress kept and the work since the last checkpoint lost, and the
-    job then goes on-demand paying a fresh restart.
+    Worst case: the attempt is interrupted at the worst moment of its next stretch (this
+    tick, or all of its launch overhead if that is longer), billed up to then with the work
+    since the last checkpoint lost, and the job then goes on-demand paying a fresh restart.
+    Looking over the whole overhead means a launch is refused up front rather than cut off
+    halfway, its overhead wasted. With a checkpoint on the notice, work done after the
+    overhead is kept, so a running attempt past its overhead only lowers the worst case.
     """
     od = obs.on_demand_price
-    cost = obs.spot_price.get(zone, float("inf")) * obs.tick_hours
-    if obs.on_spot != zone:
-        cost += obs.migration_cost.get(zone, 0.0)
-    lost = obs.work_at_risk if obs.checkpoint_interval > 0 else 0.0
-    finish = od * (obs.remaining_work + lost + obs.restart_overhead)
-    worst = spent + cost + finish - all_on_demand_cost(obs)
+    price = obs.spot_price.get(zone, float("inf"))
+    if not math.isfinite(price):
+        return False
+    keep = obs.on_spot == zone
+    overhead = obs.remaining_overhead if keep else obs.restart_overhead
+    end = max(obs.tick_hours, overhead)
+    rem = obs.remaining_work
+    if obs.checkpoint_interval > 0:  # periodic checkpoints: count none of it as kept
+        lost, points = obs.work_at_risk, [(end, 0.0)]
+    else:  # (hours billed, hours of work kept): the worst case lies on a breakpoint
+        done = min(end - overhead, rem)
+        lost, points = 0.0, [(overhead, 0.0), (overhead + done, done), (end, done)]
+    billed = max(price * t - od * kept for t, kept in points)
+    if not keep:
+        billed += obs.migration_cost.get(zone, 0.0)
+    finish = od * (rem + lost + obs.restart_overhead)
+    worst = spent + billed + finish - all_on_demand_cost(obs)
     return worst <= hedge_margin(obs) + EPS
 
 

@@ -179,7 +179,7 @@ class SpotwisePolicy(Policy):
         if act.kind is ActionKind.SPOT and not hedge_allows_spot(obs, act.zone or "", spent):
             # the hedge: on-demand from here on (regret stays flat on on-demand)
             act = SPOT(act.zone or "") if obs.slack_if_launch < -EPS and obs.on_spot else ON_DEMAND
-        elif act.kind is ActionKind.WAIT and obs.on_demand and not hedge_allows_idle(obs, spent):
+        elif act.kind is ActionKind.WAIT and obs.on_demand and not self._may_leave(obs, spent):
             act = ON_DEMAND
         if act.kind is ActionKind.SPOT:
             price = obs.spot_price.get(act.zone or "", 0.0)
@@ -189,6 +189,15 @@ class SpotwisePolicy(Policy):
             price = obs.on_demand_price if act.kind is ActionKind.ON_DEMAND else 0.0
         self._ledger += price * obs.tick_hours
         return act
+
+    def _may_leave(self, obs: Observation, spent: float) -> bool:
+        """Stopping on-demand to wait for spot keeps regret within the margin, and the hedge
+        would let some pool launch at today's prices: otherwise the wait can only end back on
+        on-demand, paying its launch overhead again (waiting spends nothing, so the hedge's
+        verdict cannot change until a price does)."""
+        return hedge_allows_idle(obs, spent) and any(
+            hedge_allows_spot(obs, z, spent) for z in obs.spot_price
+        )
 
     def _arbitrate(self, obs: Observation, own: Action) -> Action:
         """Our rule's action, unless greedy or UP would do a different kind of thing now and

@@ -46,8 +46,10 @@ def _adversary_runs(name: str):  # type: ignore[no-untyped-def]
 def test_spotwise_regret_is_bounded_against_an_adaptive_adversary() -> None:
     for job, spot, out, all_od in _adversary_runs("spotwise"):
         assert out.met_deadline, job
-        if spot < PRICE_ENTER * 3.0:
+        if spot * job.restart_overhead <= HEDGE_MARGIN * all_od:
             assert out.interruptions >= 1, job  # the adversary did bite
+        else:  # a launch whose overhead the margin cannot pay is not started at all
+            assert out.spot_hours == 0 and out.launches == 1, job
         assert out.cost <= (1 + HEDGE_MARGIN) * all_od + 1e-6, (job, out.cost / all_od)
 
 

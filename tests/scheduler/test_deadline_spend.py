@@ -45,15 +45,16 @@ def test_the_hedge_reads_the_spend_it_is_given():
 @pytest.mark.parametrize("down_hours", [0, 1])
 def test_hours_the_daemon_missed_count_against_the_hedge(make_world, down_hours):
     """The job's spot attempt in 1a is interrupted with nothing kept; 1b has spot. All
-    on-demand is $30.91, the bound 1.05x that ($32.45). With the daemon running, $0.45 was
+    on-demand is $31.82, the bound 1.05x that ($33.42). With the daemon running, $0.45 was
     paid and the job goes on to spot in 1b. With the daemon stopped for an hour while the
     instance ran, the end is billed to the cloud's end time ($1.35 for no work): on-demand
-    from here stays within the bound ($32.26), one more lost spot tick in 1b would not
-    ($32.81), so the next placement is on-demand. Before the daemon handed the policy its
-    spend, its ledger had seen one tick ($0.45) either way and it went to spot both times."""
+    from here stays within the bound ($33.17), a launch in 1b whose 24-minute overhead
+    ($0.44) is then lost would not ($33.61), so the next placement is on-demand. Before the
+    daemon handed the policy its spend, its ledger had seen one tick ($0.45) either way and
+    it went to spot both times."""
     w = make_world(
         offerings=[SPOT_A, SPOT_B, OD],
-        policy={"deadline_policy": "spotwise", "restart_overhead": "6m"},
+        policy={"deadline_policy": "spotwise", "restart_overhead": "24m"},
         reconcile_interval="30m",
     )
     jid = w.submit(gpus="V100:1", gpu_hours=10, deadline="20h")
