@@ -65,9 +65,11 @@ def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
 ) -> None:
     """Restarts cost 1 h and outages last 15 min: at its slack reserve spotwise's own rule
     goes on-demand, greedy waits; the rollouts side with waiting (and cache the verdict)."""
-    # the rule's own hedge check (BRIDGE_K) already waits here: the margin of a 10 h job
-    # cannot pay for a 1 h bridge; off, to put the arbiter to the question
+    # the rule's own checks already wait here: the margin of a 10 h job cannot pay for a
+    # 1 h bridge (BRIDGE_K), and outages are shorter than a restart (SHORT_OUTAGE); both
+    # off, to put the arbiter to the question
     monkeypatch.setattr(spotwise, "BRIDGE_K", 0.0)
+    monkeypatch.setattr(spotwise, "SHORT_OUTAGE", 0.0)  # nor wait for a short outage
     o = obs(work=10.0, deadline=16.0, elapsed=1.5, overhead=1.0, avail={"a": False}, tick=0.25)
     own = _OwnRuleOnly()
     _warm(own, 31, 1, 0.25)

@@ -1,0 +1,44 @@
+"""spotwise does not bridge an outage on on-demand when spot is expected back before the
+on-demand launch would do any work (spotwise.SpotwisePolicy._can_bridge)."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.policy import ON_DEMAND, WAIT, get_policy
+from scheduler.policy.spotwise import SpotwisePolicy
+
+from .helpers import obs
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _history(up_hours: float, down_hours: float, days: float = 7.0):
+    """A week of a pool that is up `up_hours`, then down `down_hours`, over and over."""
+    out, t, step = [], -days * 24.0, 0.05
+    period = up_hours + down_hours
+    while t < 0:
+        out.append((t, {"a": (t % period) < up_hours}))
+        t += step
+    return out
+
+
+def _decide(history) -> object:  # type: ignore[no-untyped-def]
+    policy = get_policy("spotwise")
+    assert isinstance(policy, SpotwisePolicy)
+    policy.warm_up(history)
+    # 48 h job, 1 h restarts, 1.05x deadline, starting while spot is down: 1.4 h of
+    # slack, all of it the reserve, so the rule would bridge the outage on on-demand
+    now = obs(elapsed=0.0, work=48.0, deadline=50.4, overhead=1.0, avail={"a": False})
+    policy.observe(now)
+    return policy.decide(now)
+
+
+def test_a_pool_whose_outages_are_shorter_than_a_restart_is_waited_for() -> None:
+    """Outages of 15 minutes: an on-demand launch would still be in its hour of overhead
+    when spot is back, so the bridge costs the same slack as waiting, and money."""
+    assert _decide(_history(up_hours=3.0, down_hours=0.25)) == WAIT
+
+
+def test_a_pool_whose_outages_outlast_a_restart_is_bridged() -> None:
+    assert _decide(_history(up_hours=3.0, down_hours=4.0)) == ON_DEMAND
