@@ -168,6 +168,12 @@ def _plain_table(title: str) -> Table:
     )
 
 
+def percent_saved(paid: float, ondemand: float) -> str:
+    """Whole percent saved against on-demand; a job that paid a hair more prints "0%", not
+    "-0%" (a real overrun of half a percent or more still prints negative)."""
+    return f"{round(100 * (1 - paid / ondemand))}%"
+
+
 def summary_table(engine, config: Config) -> tuple[Table, list[str], float, float]:
     """Each job's attempts, interruptions, cost and the cost of the same hours on-demand, and
     each job's path through the pools (one line per job: a path does not fit in a column)."""
@@ -192,7 +198,7 @@ def summary_table(engine, config: Config) -> tuple[Table, list[str], float, floa
             ran = [f"{a.zone}/{a.market}" for a in attempts if a.started_at is not None]
             if ran:
                 paths.append(f"{job.name}: {' -> '.join(ran)}")
-            saved = f"{100 * (1 - paid / ondemand):.0f}%" if ondemand else "-"
+            saved = percent_saved(paid, ondemand) if ondemand else "-"
             total_paid += paid
             total_od += ondemand
             t.add_row(
@@ -253,7 +259,7 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
     if ondemand:
         console.print(
             f"total paid [bold]${paid:.3f}[/] vs [bold]${ondemand:.3f}[/] on-demand for the same "
-            f"hours: [bold green]{100 * (1 - paid / ondemand):.0f}% saved[/]"
+            f"hours: [bold green]{percent_saved(paid, ondemand)} saved[/]"
         )
     console.print(f"demo finished in {time.monotonic() - started:.0f} s; inspect it with:")
     for command in (f"spotwise show <job> -c {cfg_path}", f"spotwise events -c {cfg_path}"):

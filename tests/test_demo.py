@@ -54,3 +54,13 @@ def test_demo_runs_end_to_end(tmp_path):
     # The hard budget bound and was not overrun.
     assert jobs["finetune-t4"]["cost_usd"] <= research["limit_usd"]
     assert jobs["finetune-t4"]["cost_usd"] > 0.5 * research["limit_usd"]
+
+
+def test_the_saving_of_a_job_that_paid_on_demand_prints_0_not_minus_0():
+    """An on-demand job's paid and on-demand figures differ by rounding of the hours; the
+    demo printed "-0%" for it."""
+    from scheduler.demo import percent_saved
+
+    assert percent_saved(0.4012, 0.4009) == "0%"
+    assert percent_saved(2.356, 5.731) == "59%"
+    assert percent_saved(1.02, 1.0) == "-2%"  # a real overrun still shows
