@@ -38,8 +38,10 @@ def spot_is_safe(obs: Observation, zone: str) -> bool:
     keep = obs.on_spot == zone
     slack = obs.slack_if_keep if keep else obs.slack_if_launch
     lost = 0.0
-    if obs.checkpoint_interval > 0:  # this tick's progress, and any since the checkpoint
-        lost = obs.tick_hours + (obs.work_at_risk if keep else 0.0)
+    if obs.checkpoint_interval > 0:  # this tick's progress, and any since the checkpoint:
+        # a new launch loses it too (on-demand work since the checkpoint dies with the spot
+        # attempt that continues from it)
+        lost = obs.tick_hours + obs.work_at_risk
     return slack - obs.restart_overhead - lost >= -EPS
 
 
@@ -91,7 +93,8 @@ def hedge_allows_spot(obs: Observation, zone: str, spent: float) -> bool:
     since the last checkpoint lost, and the job then goes on-demand paying a fresh restart.
     Looking over the whole overhead means a launch is refused up front rather than cut off
     halfway, its overhead wasted. With a checkpoint on the notice, work done after the
-    overhead is kept, so a running attempt past its overhead only lowers the worst case.
+    overhead is kept, so a running attempt past its overhead, at a price below on-demand,
+    only lowers the worst case.
     """
     od = obs.on_demand_price
     price = obs.spot_price.get(zone, float("inf"))
@@ -103,9 +106,10 @@ def hedge_allows_spot(obs: Observation, zone: str, spent: float) -> bool:
     rem = obs.remaining_work
     if obs.checkpoint_interval > 0:  # periodic checkpoints: count none of it as kept
         lost, points = obs.work_at_risk, [(end, 0.0)]
-    else:  # (hours billed, hours of work kept): the worst case lies on a breakpoint
+    else:  # (hours billed, hours of work kept): the worst case lies on a breakpoint; billing
+        # stops when the work is done, so the stretch ends there at the latest
         done = min(end - overhead, rem)
-        lost, points = 0.0, [(overhead, 0.0), (overhead + done, done), (end, done)]
+        lost, points = 0.0, [(overhead, 0.0), (overhead + done, done)]
     billed = max(price * t - od * kept for t, kept in points)
     if not keep:
         billed += obs.migration_cost.get(zone, 0.0)

@@ -12,7 +12,8 @@ waiting and by restarts. Spend it where it buys most:
   expected saving over its expected run beats the restart's cost; but wait the outage out
   instead (as greedy does) when the regret hedge's margin left could not pay for the
   on-demand launch and the relaunch on spot: such a bridge would lock the job on on-demand,
-  and finishing on on-demand costs the same later;
+  and finishing on on-demand costs the same later; nor bridge an outage expected to end
+  within a restart (SHORT_OUTAGE): the on-demand launch would do no work before it;
 - among pools, rank by price inflated by expected interruption losses plus the one-off
   launch cost spread over the expected run; wait for a clearly cheaper pool only when there
   is spare slack for the expected wait.
@@ -22,7 +23,9 @@ Hard safety (as in greedy/UP): never start or keep spot without slack for one mo
 restart, never wait without time to launch on-demand at the next decision.
 Guards applied last (scheduler.policy.safety): a zone priced above on-demand counts as
 unavailable (with hysteresis), and the regret hedge turns any spot tick whose worst case
-could push the job past (1 + HEDGE_MARGIN) x all-on-demand into on-demand.
+(through the tick or the rest of the launch overhead) could push the job past
+(1 + HEDGE_MARGIN) x all-on-demand into on-demand; on-demand is not left to wait for spot
+the hedge would refuse.
 An optional arbiter (ARBITER, off): where greedy or UP would do a different kind of thing,
 Monte Carlo rollouts on the learned model (scheduler.policy.rollout) pick whose action to
 take. Every variant tried cost more than the rule alone on the train split, so it is off.
@@ -47,6 +50,7 @@ from .safety import (
     hedge_allows_spot,
     hedge_margin,
     price_filtered,
+    price_ok,
     regret_if_committed,
     spot_is_safe,
 )
@@ -197,12 +201,17 @@ class SpotwisePolicy(Policy):
 
     def _may_leave(self, obs: Observation, spent: float) -> bool:
         """Stopping on-demand to wait for spot keeps regret within the margin, and the hedge
-        would let some pool launch at today's prices: otherwise the wait can only end back on
-        on-demand, paying its launch overhead again (waiting spends nothing, so the hedge's
-        verdict cannot change until a price does)."""
-        return hedge_allows_idle(obs, spent) and any(
-            hedge_allows_spot(obs, z, spent) for z in obs.spot_price
-        )
+        would let some pool we could enter launch at its known price: otherwise the wait can
+        only end back on on-demand, paying its launch overhead again (waiting spends nothing,
+        so the hedge's verdict cannot change until a price does). A pool with no known price
+        (the daemon's pools without capacity) is given the benefit of the doubt."""
+        if not hedge_allows_idle(obs, spent):
+            return False
+        idle = replace(obs, placement=None, remaining_overhead=0.0)
+        priced = [z for z, p in obs.spot_price.items() if math.isfinite(p)]
+        if len(priced) < len(obs.spot_price):
+            return True
+        return any(price_ok(idle, z) and hedge_allows_spot(obs, z, spent) for z in priced)
 
     def _arbitrate(self, obs: Observation, own: Action) -> Action:
         """Our rule's action, unless greedy or UP would do a different kind of thing now and
@@ -306,17 +315,29 @@ class SpotwisePolicy(Policy):
         costs the same later, and spot may come back. Nor is a bridge worth it when spot is
         expected back within the restart overhead (SHORT_OUTAGE).
         """
-        prices = [p for p in obs.spot_price.values() if math.isfinite(p)]
-        if not prices:  # no spot to come back to: nothing for the margin to protect
-            return True
-        if self._expected_outage(obs) <= SHORT_OUTAGE * obs.restart_overhead:
+        if self._short_outage(obs):
             # spot is expected back before the on-demand launch would do any work: the
             # bridge would spend the same slack as waiting, and pay for it
             return False
+        prices = [p for p in obs.spot_price.values() if math.isfinite(p)]
+        if not prices:  # no spot to come back to: nothing for the margin to protect
+            return True
         od, o = obs.on_demand_price, obs.restart_overhead
         cheapest = min(prices)
         left = hedge_margin(obs) - regret_if_committed(obs, spent)
         return left >= BRIDGE_K * (od + cheapest) * o + cheapest * obs.tick_hours
+
+    def _short_outage(self, obs: Observation) -> bool:
+        """The pools that are down, and worth coming back to, are expected back within
+        SHORT_OUTAGE restarts. Pools that are up but priced out or unsafe are not an outage
+        to wait for; a down pool with no known price (the daemon's) is counted."""
+        idle = replace(obs, placement=None, remaining_overhead=0.0)
+        down = [
+            z for z, p in obs.spot_price.items()
+            if not obs.spot_available.get(z, False) and (not math.isfinite(p) or price_ok(idle, z))
+        ]  # fmt: skip
+        mus = sum(self.model.rates(z)[1] for z in down)
+        return bool(down) and 1.0 / max(mus, EPS) <= SHORT_OUTAGE * obs.restart_overhead
 
     def _expected_outage(self, obs: Observation) -> float:
         """Expected hours until some pool is back (the soonest, by learned return rates)."""

@@ -3,6 +3,7 @@ on the notice keeps (scheduler.policy.safety.hedge_allows_spot)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -75,3 +76,34 @@ def test_spotwise_does_not_leave_on_demand_to_wait_for_a_launch_the_hedge_refuse
     allowed = _spent_for_regret(idle, 0.0)
     assert get_policy("spotwise").decide(replace(on_od, spent=allowed)) == WAIT
     assert get_policy("spotwise").decide(replace(on_od, spent=refused)) == ON_DEMAND
+
+
+def test_the_last_tick_of_a_running_attempt_is_billed_only_until_the_work_is_done() -> None:
+    """Three minutes of work left on a six-minute tick, spot at 0.85x: the attempt stops
+    billing when the
+    work is done, so keeping it is never worse than leaving (a review found the hedge
+    billing the whole tick and sending the job to on-demand for its last three minutes)."""
+    obs = _obs(work_done=11.95, spot_price={"a": 0.85 * OD})
+    assert hedge_allows_spot(obs, "a", _spent_for_regret(obs, hedge_margin(obs)))
+
+
+def test_the_daemon_s_unpriced_pools_do_not_keep_a_job_on_on_demand() -> None:
+    """The daemon shows a pool without capacity at an unknown (infinite) price: leaving
+    on-demand to wait for it is judged on the margin alone, as before the hedge's check."""
+    on_od = _obs(placement=ON_DEMAND, spot_available={"a": False}, spot_price={"a": math.inf})
+    assert (
+        get_policy("spotwise").decide(replace(on_od, spent=_spent_for_regret(on_od, 0.0))) == WAIT
+    )
+
+
+def test_a_pool_too_dear_to_enter_does_not_count_as_one_to_wait_for() -> None:
+    """Zone b is up at 0.95x on-demand (above the 0.9x entry price) and zone a is down; the
+    hedge refuses a (its migration), so waiting can only end back on on-demand."""
+    on_od = _obs(
+        placement=ON_DEMAND, spot_available={"a": False, "b": True},
+        spot_price={"a": 0.3 * OD, "b": 0.95 * OD}, migration_cost={"a": 3.0},
+    )  # fmt: skip
+    idle = replace(on_od, placement=None)
+    spent = _spent_for_regret(idle, hedge_margin(idle) - 3.0)  # b fits, a (+$3 to move) not
+    assert hedge_allows_spot(on_od, "b", spent) and not hedge_allows_spot(on_od, "a", spent)
+    assert get_policy("spotwise").decide(replace(on_od, spent=spent)) == ON_DEMAND

@@ -3,6 +3,8 @@ on-demand launch would do any work (spotwise.SpotwisePolicy._can_bridge)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from scheduler.policy import ON_DEMAND, WAIT, get_policy
@@ -42,3 +44,28 @@ def test_a_pool_whose_outages_are_shorter_than_a_restart_is_waited_for() -> None
 
 def test_a_pool_whose_outages_outlast_a_restart_is_bridged() -> None:
     assert _decide(_history(up_hours=3.0, down_hours=4.0)) == ON_DEMAND
+
+
+def test_the_daemon_s_unpriced_down_pools_count_as_the_outage() -> None:
+    """The daemon gives a pool without capacity no price (infinite): the check must still
+    see it as the outage to wait for (a review found it returning before the check)."""
+    policy = get_policy("spotwise")
+    assert isinstance(policy, SpotwisePolicy)
+    policy.warm_up(_history(up_hours=3.0, down_hours=0.25))
+    now = obs(
+        elapsed=0.0, work=48.0, deadline=50.4, overhead=1.0, avail={"a": False},
+        prices={"a": math.inf},
+    )  # fmt: skip
+    policy.observe(now)
+    assert policy.decide(now) == WAIT
+
+
+def test_pools_that_are_up_but_priced_out_are_not_an_outage_to_wait_for() -> None:
+    """Three pools up at 0.95x on-demand, no history: nothing is down, so there is no
+    outage to be short; the job runs on-demand as before."""
+    zones = {f"z{i}": True for i in range(3)}
+    now = obs(elapsed=0.0, work=48.0, deadline=50.4, overhead=1.0, avail=zones,
+              prices=dict.fromkeys(zones, 2.85))  # fmt: skip
+    policy = get_policy("spotwise")
+    policy.observe(now)
+    assert policy.decide(now) == ON_DEMAND
