@@ -207,11 +207,10 @@ class SpotwisePolicy(Policy):
         (the daemon's pools without capacity) is given the benefit of the doubt."""
         if not hedge_allows_idle(obs, spent):
             return False
-        idle = replace(obs, placement=None, remaining_overhead=0.0)
-        priced = [z for z, p in obs.spot_price.items() if math.isfinite(p)]
-        if len(priced) < len(obs.spot_price):
+        if not all(math.isfinite(p) for p in obs.spot_price.values()):
             return True
-        return any(price_ok(idle, z) and hedge_allows_spot(obs, z, spent) for z in priced)
+        # on on-demand no zone is ours, so price_ok applies the entry price
+        return any(price_ok(obs, z) and hedge_allows_spot(obs, z, spent) for z in obs.spot_price)
 
     def _arbitrate(self, obs: Observation, own: Action) -> Action:
         """Our rule's action, unless greedy or UP would do a different kind of thing now and
@@ -330,18 +329,18 @@ class SpotwisePolicy(Policy):
     def _short_outage(self, obs: Observation) -> bool:
         """The pools that are down, and worth coming back to, are expected back within
         SHORT_OUTAGE restarts. Pools that are up but priced out or unsafe are not an outage
-        to wait for; a down pool with no known price (the daemon's) is counted."""
-        idle = replace(obs, placement=None, remaining_overhead=0.0)
+        to wait for; a down pool with no known price (the daemon's) is counted. Only called
+        while idle, so no down zone is ours and price_ok applies the entry price."""
         down = [
             z for z, p in obs.spot_price.items()
-            if not obs.spot_available.get(z, False) and (not math.isfinite(p) or price_ok(idle, z))
+            if not obs.spot_available.get(z, False) and (not math.isfinite(p) or price_ok(obs, z))
         ]  # fmt: skip
-        mus = sum(self.model.rates(z)[1] for z in down)
-        return bool(down) and 1.0 / max(mus, EPS) <= SHORT_OUTAGE * obs.restart_overhead
+        return self._expected_outage(obs, down) <= SHORT_OUTAGE * obs.restart_overhead
 
-    def _expected_outage(self, obs: Observation) -> float:
-        """Expected hours until some pool is back (the soonest, by learned return rates)."""
-        mus = [self.model.rates(z)[1] for z in obs.spot_price]
+    def _expected_outage(self, obs: Observation, zones: Sequence[str] | None = None) -> float:
+        """Expected hours until some pool (of `zones`, default all) is back: the soonest, by
+        learned return rates."""
+        mus = [self.model.rates(z)[1] for z in (obs.spot_price if zones is None else zones)]
         return 1.0 / max(sum(mus), EPS) if mus else float("inf")
 
     def _slack_value(self, obs: Observation, zone: str) -> float:

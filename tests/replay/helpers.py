@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from scheduler.policy.base import Action, Observation, Policy
+from scheduler.policy.spotwise import SpotwisePolicy
 
 
 def obs(
@@ -49,3 +50,10 @@ class Scripted(Policy):
         self.seen.append(obs)
         i = min(len(self.seen) - 1, len(self.actions) - 1)
         return self.actions[i]
+
+
+def warm_periodic(policy: SpotwisePolicy, up_ticks: int, down_ticks: int, tick: float) -> None:
+    """A week of zone `a` coming and going with this period, seen before the job."""
+    n = round(7 * 24 / tick)
+    period = up_ticks + down_ticks
+    policy.warm_up([((i - n) * tick, {"a": i % period < up_ticks}) for i in range(n)])

@@ -10,7 +10,12 @@ import pytest
 
 from scheduler.policy import ON_DEMAND, SPOT, WAIT, get_policy
 from scheduler.policy.base import Observation
-from scheduler.policy.safety import all_on_demand_cost, hedge_allows_spot, hedge_margin
+from scheduler.policy.safety import (
+    all_on_demand_cost,
+    hedge_allows_spot,
+    hedge_margin,
+    regret_if_committed,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -58,13 +63,9 @@ def test_a_launch_whose_overhead_the_margin_cannot_pay_is_refused_up_front() -> 
     idle = _obs(placement=None)
     margin = hedge_margin(idle)
     spent = _spent_for_regret(idle, margin - SPOT_PRICE * OVERHEAD / 2)
-    assert margin - _regret(idle, spent) > SPOT_PRICE * G  # a tick alone would fit
+    assert margin - regret_if_committed(idle, spent) > SPOT_PRICE * G  # a tick alone would fit
     assert not hedge_allows_spot(idle, "a", spent)
     assert hedge_allows_spot(idle, "a", _spent_for_regret(idle, margin - SPOT_PRICE * OVERHEAD))
-
-
-def _regret(obs: Observation, spent: float) -> float:
-    return spent + OD * (obs.remaining_work + obs.restart_overhead) - all_on_demand_cost(obs)
 
 
 def test_spotwise_does_not_leave_on_demand_to_wait_for_a_launch_the_hedge_refuses() -> None:

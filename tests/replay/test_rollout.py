@@ -11,7 +11,7 @@ from scheduler.policy.spotwise import SpotwisePolicy
 from scheduler.replay.sim import Job, simulate
 from scheduler.replay.trace import single_zone
 
-from .helpers import obs
+from .helpers import obs, warm_periodic
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -54,12 +54,6 @@ def test_the_same_inputs_give_the_same_estimate() -> None:
     assert np.array_equal(a, b)
 
 
-def _warm(pol: SpotwisePolicy, up_ticks: int, down_ticks: int, tick: float) -> None:
-    """A week of zone `a` coming and going with this period, seen before the job."""
-    n = round(7 * 24 / tick)
-    pol.warm_up([((i - n) * tick, {"a": i % (up_ticks + down_ticks) < up_ticks}) for i in range(n)])
-
-
 def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -72,22 +66,22 @@ def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
     monkeypatch.setattr(spotwise, "SHORT_OUTAGE", 0.0)  # nor wait for a short outage
     o = obs(work=10.0, deadline=16.0, elapsed=1.5, overhead=1.0, avail={"a": False}, tick=0.25)
     own = _OwnRuleOnly()
-    _warm(own, 31, 1, 0.25)
+    warm_periodic(own, 31, 1, 0.25)
     assert own.decide(o) == ON_DEMAND
     monkeypatch.setattr(spotwise, "ARBITER", True)  # off by default (README: train split)
     monkeypatch.setattr(spotwise, "ROLLOUT_MARGIN", 0.0)
     pol = SpotwisePolicy()
-    _warm(pol, 31, 1, 0.25)
+    warm_periodic(pol, 31, 1, 0.25)
     assert pol.decide(o) == WAIT
     assert pol.decide(o) == WAIT and pol.rollouts == 1  # same question, same hour: cached
     # with ~2-day outages the wait buys nothing: its own rule stands
     slow = SpotwisePolicy()
-    _warm(slow, 31, 192, 0.25)
+    warm_periodic(slow, 31, 192, 0.25)
     assert slow.decide(o) == ON_DEMAND and slow.rollouts == 1
     # the expected saving (under $2) is below the default margin (one restart on-demand, $3)
     monkeypatch.setattr(spotwise, "ROLLOUT_MARGIN", 1.0)
     strict = SpotwisePolicy()
-    _warm(strict, 31, 1, 0.25)
+    warm_periodic(strict, 31, 1, 0.25)
     assert strict.decide(o) == ON_DEMAND and strict.rollouts == 1
 
 

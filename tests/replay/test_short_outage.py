@@ -10,25 +10,17 @@ import pytest
 from scheduler.policy import ON_DEMAND, WAIT, get_policy
 from scheduler.policy.spotwise import SpotwisePolicy
 
-from .helpers import obs
+from .helpers import obs, warm_periodic
 
 pytestmark = pytest.mark.timeout(30)
 
-
-def _history(up_hours: float, down_hours: float, days: float = 7.0):
-    """A week of a pool that is up `up_hours`, then down `down_hours`, over and over."""
-    out, t, step = [], -days * 24.0, 0.05
-    period = up_hours + down_hours
-    while t < 0:
-        out.append((t, {"a": (t % period) < up_hours}))
-        t += step
-    return out
+TICK = 0.05  # hours: 3 h up is 60 ticks, 15 min down 5, 4 h down 80
 
 
-def _decide(history) -> object:  # type: ignore[no-untyped-def]
+def _decide(up_ticks: int, down_ticks: int) -> object:
     policy = get_policy("spotwise")
     assert isinstance(policy, SpotwisePolicy)
-    policy.warm_up(history)
+    warm_periodic(policy, up_ticks, down_ticks, TICK)
     # 48 h job, 1 h restarts, 1.05x deadline, starting while spot is down: 1.4 h of
     # slack, all of it the reserve, so the rule would bridge the outage on on-demand
     now = obs(elapsed=0.0, work=48.0, deadline=50.4, overhead=1.0, avail={"a": False})
@@ -39,11 +31,11 @@ def _decide(history) -> object:  # type: ignore[no-untyped-def]
 def test_a_pool_whose_outages_are_shorter_than_a_restart_is_waited_for() -> None:
     """Outages of 15 minutes: an on-demand launch would still be in its hour of overhead
     when spot is back, so the bridge costs the same slack as waiting, and money."""
-    assert _decide(_history(up_hours=3.0, down_hours=0.25)) == WAIT
+    assert _decide(up_ticks=60, down_ticks=5) == WAIT
 
 
 def test_a_pool_whose_outages_outlast_a_restart_is_bridged() -> None:
-    assert _decide(_history(up_hours=3.0, down_hours=4.0)) == ON_DEMAND
+    assert _decide(up_ticks=60, down_ticks=80) == ON_DEMAND
 
 
 def test_the_daemon_s_unpriced_down_pools_count_as_the_outage() -> None:
@@ -51,7 +43,7 @@ def test_the_daemon_s_unpriced_down_pools_count_as_the_outage() -> None:
     see it as the outage to wait for (a review found it returning before the check)."""
     policy = get_policy("spotwise")
     assert isinstance(policy, SpotwisePolicy)
-    policy.warm_up(_history(up_hours=3.0, down_hours=0.25))
+    warm_periodic(policy, 60, 5, TICK)
     now = obs(
         elapsed=0.0, work=48.0, deadline=50.4, overhead=1.0, avail={"a": False},
         prices={"a": math.inf},
