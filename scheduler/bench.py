@@ -7,12 +7,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 bench_app = typer.Typer(
@@ -21,7 +23,8 @@ bench_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-_out = Console(width=None if sys.stdout.isatty() else 180)  # piped: wide enough for tables
+_PIPED = not sys.stdout.isatty()
+_out = Console(width=180 if _PIPED else None)  # piped: wide enough for tables
 _err = Console(stderr=True)
 
 
@@ -120,10 +123,12 @@ def deadline(
         print(json.dumps(doc))
         return
     if sweep:
-        _print_sweep(doc)
+        narrow = _print_sweep(doc)
     else:
-        for res in doc["settings"]:
-            _print_setting(res)
+        shown = [_print_setting(res) for res in doc["settings"]]
+        narrow = max((n for n in shown if n), default=None)  # the widest full table's
+    if narrow:
+        _out.print(narrow[1])
     _out.print(f"{sum(s['runs'] for s in doc['settings'])} windows in {elapsed:.1f} s")
 
 
@@ -194,15 +199,73 @@ def _fmt_ci(ci: list) -> str:
     return "-" if lo is None else f"[{lo:.1f}, {hi:.1f}]"
 
 
-def _print_setting(res: dict[str, Any]) -> None:
-    table = Table(title=f"{res['title']}: {res['runs']} windows, {res['clusters']} clusters")
+# A narrow form's tables: (title, or None for the full table's; the full table's columns kept).
+Narrow = Sequence[tuple[str | None, Sequence[str]]]
+# Where a narrow form was printed: the width the full table needs, and the line saying so.
+Narrowed = tuple[int, str] | None
+
+# Headers of the narrow forms, on two lines where one would not fit in 80 columns.
+_NARROW_HEADERS = {
+    "avg cost $": "avg\ncost $",
+    "worse than UP": "worse\nthan UP",
+    "worst / all-OD": "worst/\nall-OD",
+    "uniform-progress": "uniform-\nprogress",
+    "spotwise - best": "spotwise -\nbest",
+    "misses (s/g/u)": "misses\n(s/g/u)",
+}
+
+
+def _table(title: str, cols: Sequence[str], rows: list[dict[str, str]], narrow: bool) -> Table:
+    """The full table, or in a narrow form's shape: no outer frame and no padding at its edges
+    (4 columns more for the cells) and two-line headers."""
+    table = Table(title=title, show_edge=not narrow, pad_edge=not narrow)
+    for col in cols:
+        header = _NARROW_HEADERS.get(col, col) if narrow else col
+        table.add_column(header, justify="left" if col == "policy" else "right")
+    for row in rows:
+        table.add_row(*(row[c] for c in cols))
+    return table
+
+
+def _print_table(
+    title: str, cols: Sequence[str], cells: Sequence[Sequence[str]], narrow: Narrow
+) -> Narrowed:
+    """The full table where it fits; on a terminal narrower than it needs (rich would cut its
+    cells to "…"), the narrow form's tables instead, and the line that says so is returned
+    (printed once, under the last table). Piped output always gets the full table."""
+    rows = [dict(zip(cols, c, strict=True)) for c in cells]
+    full = _table(title, cols, rows, narrow=False)
+    need = Measurement.get(_out, _out.options.update_width(10_000), full).maximum
+    if _PIPED or need <= _out.width:
+        _out.print(full)
+        return None
+    for i, (sub_title, sub_cols) in enumerate(narrow):
+        _out.print(_table(sub_title or title, sub_cols, rows, narrow=True))
+        if i < len(narrow) - 1:
+            _out.print()
+    kept = {c for _, sub_cols in narrow for c in sub_cols}
+    left_out = [c for c in cols if c not in kept]
+    what = f"without {', '.join(left_out)}" if left_out else f"in {len(narrow)} tables"
+    return need, (
+        f"narrow form, {what}: a terminal of {need}+ columns, a pipe or -o json shows the "
+        "full table"
+    )
+
+
+_SETTING_NARROW: Narrow = (
+    (None, ("policy", "avg cost $", "misses", "score", "95% CI", "worse than UP",
+            "worst / all-OD")),
+)  # fmt: skip
+
+
+def _print_setting(res: dict[str, Any]) -> Narrowed:
+    """One setting's table and notes; returns the narrow form's line where it printed that."""
     cols = ("policy", "avg cost $", "misses", "score", "95% CI", "x optimal", "worse than UP",
             "worst / all-OD", "> all-OD", "ms/decision")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="left" if col == "policy" else "right")
+    cells = []
     for row in res["policies"]:
         ratio = row["ratio_to_optimal"]
-        table.add_row(
+        cells.append((
             row["policy"],
             f"{row['avg_cost_usd']:.2f}",
             str(row["deadline_misses"]),
@@ -213,8 +276,9 @@ def _print_setting(res: dict[str, Any]) -> None:
             f"{row['worst_vs_on_demand']:.3f}",
             f"{row['above_on_demand_pct']:.0f}%",
             "-" if row["ms_per_decision"] is None else f"{row['ms_per_decision']:.3f}",
-        )
-    _out.print(table)
+        ))  # fmt: skip
+    title = f"{res['title']}: {res['runs']} windows, {res['clusters']} clusters"
+    narrow = _print_table(title, cols, cells, _SETTING_NARROW)
     d = res.get("spotwise_minus_best_baseline")
     if d:
         _out.print(
@@ -227,6 +291,7 @@ def _print_setting(res: dict[str, Any]) -> None:
     pub = ", ".join(f"{k} {v:g}" for k, v in res["published"].items())
     unit = "score" if res["published_kind"] == "score" else "avg cost $"
     _out.print(f"published ({unit}): {pub}\n" if pub else "")
+    return narrow
 
 
 MISS_ORDER = ("spotwise", "greedy", "uniform-progress")
@@ -236,27 +301,37 @@ def _fmt_delta(d: dict[str, Any] | None) -> str:
     return "-" if not d else f"{d['score']:+.1f} {_fmt_ci(d['ci95'])}"
 
 
-def _print_sweep(doc: dict[str, Any]) -> None:
+_SWEEP_NARROW: Narrow = (
+    (None, ("overhead h", "slack", "windows", "spotwise - best", "misses (s/g/u)", "> UP",
+            "worst/OD")),
+    ("sweep: score per policy (spotwise's with its 95% CI)",
+     ("overhead h", "slack", "greedy", "uniform-progress", "spotwise", "cold", "ms/dec")),
+    ("sweep: spotwise - best (95% CI) by zones",
+     ("overhead h", "slack", "single-zone", "multi-zone")),
+)  # fmt: skip
+
+
+def _print_sweep(doc: dict[str, Any]) -> Narrowed:
+    """The sweep's table and notes; returns the narrow form's line where it printed that."""
     first = doc["settings"][0] if doc["settings"] else {}
     worst: dict[str, float] = {}
     for s in doc["settings"]:
         for r in s["policies"]:
             worst[r["policy"]] = max(worst.get(r["policy"], 0.0), r["worst_vs_on_demand"])
-    table = Table(
-        title="sweep: score (95% CI) per overhead x deadline slack; tasks of 12, 48 and 96 h, "
+    title = (
+        "sweep: score (95% CI) per overhead x deadline slack; tasks of 12, 48 and 96 h, "
         "single- and multi-zone"
     )
     cols = ("overhead h", "slack", "windows", "greedy", "uniform-progress", "spotwise",
             "cold", "spotwise - best", "single-zone", "multi-zone", "misses (s/g/u)",
             "> UP", "worst/OD", "ms/dec")  # fmt: skip
-    for col in cols:
-        table.add_column(col, justify="right")
+    cells = []
     for s in doc["settings"]:
         rows = {r["policy"]: r for r in s["policies"]}
         _, o, k = s["setting"].split()
         d = s["spotwise_minus_best_baseline"]
         sw = rows["spotwise"]
-        table.add_row(
+        cells.append((
             o.split("=")[1],
             k.split("=")[1] + "x",
             str(s["runs"]),
@@ -270,8 +345,8 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             f"{sw['worse_than_up_pct']:.0f}%",
             f"{sw['worst_vs_on_demand']:.3f}",
             f"{sw['ms_per_decision']:.3f}",
-        )
-    _out.print(table)
+        ))  # fmt: skip
+    narrow = _print_table(title, cols, cells, _SWEEP_NARROW)
     if first:
         _out.print(
             f"windows: {first['windows_from']}; CI: bootstrap over traces / zone sets; "
@@ -286,6 +361,7 @@ def _print_sweep(doc: dict[str, Any]) -> None:
             "worst window / all-on-demand over the sweep: "
             + ", ".join(f"{p} {v:.3f}" for p, v in worst.items())
         )
+    return narrow
 
 
 JobsCountOpt = Annotated[int, typer.Option("--jobs-count", help="Pending jobs to place")]
