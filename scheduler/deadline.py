@@ -92,7 +92,7 @@ class DeadlinePlanner:
     def warm(self, job_id: str, state: dict[str, Any]) -> None:
         """Start a new job's policy from what another job of the same shape learned about the
         pools (decayed counts kept; its clock, spend and zone list are that job's, not ours)."""
-        pools = {z: {**st, "last": None} for z, st in state.get("pools", {}).items()}
+        pools = {z: {**st, "last": None, "since": None} for z, st in state.get("pools", {}).items()}
         self.restore(job_id, {"pools": pools, "last_time": None})
 
     def forget(self, job_id: str) -> None:

@@ -13,7 +13,8 @@ waiting and by restarts. Spend it where it buys most:
   instead (as greedy does) when the regret hedge's margin left could not pay for the
   on-demand launch and the relaunch on spot: such a bridge would lock the job on on-demand,
   and finishing on on-demand costs the same later; nor bridge an outage expected to end
-  within a restart (SHORT_OUTAGE): the on-demand launch would do no work before it;
+  within a restart (SHORT_OUTAGE): the on-demand launch would do no work before it (an
+  outage's expected rest grows with how long it has lasted: learning.outage_left);
 - among pools, rank by price inflated by expected interruption losses plus the one-off
   launch cost spread over the expected run; wait for a clearly cheaper pool only when there
   is spare slack for the expected wait.
@@ -338,10 +339,15 @@ class SpotwisePolicy(Policy):
         return self._expected_outage(obs, down) <= SHORT_OUTAGE * obs.restart_overhead
 
     def _expected_outage(self, obs: Observation, zones: Sequence[str] | None = None) -> float:
-        """Expected hours until some pool (of `zones`, default all) is back: the soonest, by
-        learned return rates."""
-        mus = [self.model.rates(z)[1] for z in (obs.spot_price if zones is None else zones)]
-        return 1.0 / max(sum(mus), EPS) if mus else float("inf")
+        """Expected hours until some pool (of `zones`, default all) is back: the soonest,
+        taking each down pool's outage as a rate of 1 / what is left of it given how long it
+        has lasted (AvailabilityModel.outage_left), a pool that is up by its return rate."""
+        rates = [
+            self.model.rates(z)[1] if obs.spot_available.get(z, False)
+            else 1.0 / max(self.model.outage_left(z), EPS)
+            for z in (obs.spot_price if zones is None else zones)
+        ]  # fmt: skip
+        return 1.0 / max(sum(rates), EPS) if rates else float("inf")
 
     def _slack_value(self, obs: Observation, zone: str) -> float:
         """$ an hour of slack is worth: roughly an hour of on-demand avoided."""

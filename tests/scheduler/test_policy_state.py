@@ -55,6 +55,9 @@ def test_learned_availability_survives_a_restart(make_world):
     assert got.rates("us-east-1b") == learned.rates("us-east-1b")
     assert got.rates("us-east-1a") == learned.rates("us-east-1a")
     assert got.last_time == learned.last_time
+    # and the outage lengths behind outage_left, with the decay and the current spell
+    assert learned.pools["us-east-1b"].outages
+    assert got.pools == learned.pools
 
 
 def test_restored_planner_gives_the_same_advice():
@@ -114,3 +117,6 @@ def test_a_new_job_starts_from_what_the_daemon_learned_of_its_shape(make_world):
     w.tick(0)
     warm = _model(w.rec.planner, second).pools["us-east-1b"]
     assert (warm.losses, warm.up_hours) == (learned.losses, learned.up_hours)
+    # the outages learned carry over; when the current spell began is the other job's clock
+    assert warm.outages == learned.outages and learned.since is not None
+    assert warm.since is None
