@@ -237,7 +237,10 @@ def _print_table(
     full = _table(title, cols, rows, narrow=False)
     need = Measurement.get(_out, _out.options.update_width(10_000), full).maximum
     if _PIPED or need <= _out.width:
+        width = _out.width
+        _out.width = max(need, width)  # piped: never wrap a cell (print(width=) is capped)
         _out.print(full)
+        _out.width = width
         return None
     for i, (sub_title, sub_cols) in enumerate(narrow):
         _out.print(_table(sub_title or title, sub_cols, rows, narrow=True))

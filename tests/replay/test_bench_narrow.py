@@ -115,3 +115,24 @@ def test_a_wide_terminal_gets_the_full_sweep_table() -> None:
     assert_fits(lines, 200)
     assert "narrow form" not in "\n".join(lines)
     assert any("uniform-progress" in ln and "single-zone" in ln for ln in lines)
+
+
+def test_piped_tables_never_wrap_a_cell(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Piped, the full sweep table is as wide as it needs: at a fixed 180 columns rich wrapped
+    the full run's CIs onto a second line of every row."""
+    import io
+
+    from rich.console import Console
+
+    from scheduler import bench
+
+    doc = json.loads(
+        CliRunner().invoke(bench_app, ["deadline", "--sweep", "--quick", "-o", "json"]).stdout
+    )
+    buf = io.StringIO()
+    monkeypatch.setattr(bench, "_PIPED", True)
+    monkeypatch.setattr(bench, "_out", Console(file=buf, width=100))  # narrower than needed
+    bench._print_sweep(doc)
+    rows = [ln for ln in buf.getvalue().splitlines() if ln.startswith("│")]
+    assert len(rows) == len(doc["settings"]), "\n".join(rows)  # one line per cell's row
+    assert all("…" not in ln for ln in rows)
