@@ -19,7 +19,9 @@ waiting and by restarts. Spend it where it buys most:
   launch cost spread over the expected run; wait for a clearly cheaper pool only when there
   is spare slack for the expected wait.
 Restarts are priced at the overhead plus the work an interruption is expected to throw away
-(half the checkpoint interval), so high overheads and sparse checkpoints mean fewer switches.
+(half the checkpoint interval), so high overheads and sparse checkpoints mean fewer switches;
+the slack a restart uses is priced by what it still buys: more when the slack left is short
+of the restarts finishing on spot would take (_slack_value).
 Hard safety (as in greedy/UP): never start or keep spot without slack for one more
 restart, never wait without time to launch on-demand at the next decision.
 Guards applied last (scheduler.policy.safety): a zone priced above on-demand counts as
@@ -350,8 +352,18 @@ class SpotwisePolicy(Policy):
         return 1.0 / max(sum(rates), EPS) if rates else float("inf")
 
     def _slack_value(self, obs: Observation, zone: str) -> float:
-        """$ an hour of slack is worth: roughly an hour of on-demand avoided."""
-        return max(0.0, obs.on_demand_price - self._rate_cost(obs, zone))
+        """$ an hour of slack is worth: at least an hour of on-demand avoided, and more when
+        slack is short. Finishing on spot in `zone` takes about one restart per expected run:
+        `need` hours of slack. With less than that, slack is what limits the spot hours left,
+        and an hour of it is worth need / slack hours of on-demand avoided (at most the
+        run / overhead spot hours one restart's slack buys)."""
+        per_hour = max(0.0, obs.on_demand_price - self._rate_cost(obs, zone))
+        o = obs.restart_overhead
+        if o <= EPS:
+            return per_hour
+        run = self._expected_run(zone, obs.remaining_work)
+        need = obs.remaining_work / run * o
+        return per_hour * max(1.0, min(run / o, need / max(obs.slack_if_launch, o)))
 
     def _worth_waiting_for(self, obs: Observation, best: str, spare: float) -> str | None:
         """A clearly cheaper pool that is down now but expected back well within the spare
