@@ -8,7 +8,8 @@ an average pool and one seen for days speaks for itself.
 Outages are not memoryless: most are short, a few last for days (on the train split's pools
 the median outage is well under the mean). So besides the rates, each pool keeps the lengths
 of its recent outages, and `outage_left` says how long an outage that has lasted this long
-is still expected to last: the longer it has lasted, the longer it is likely to go on.
+is still expected to last, from the outages that lasted longer: once past the many short
+ones, what is left is the long ones' rest (past the longest on record, the rate model's).
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ PRIOR_RETURN_RATE = 0.5
 PRIOR_HOURS = 6.0  # weight of the prior, in observed hours
 # Spot markets drift: evidence loses half its weight per this many hours.
 HALF_LIFE_HOURS = 24.0
-# Outages kept per pool for `outage_left` (the oldest are dropped first; with the half-life
-# above, an outage a week old weighs under 1%).
-MAX_OUTAGES = 256
+# Outages kept per pool for `outage_left`: those still weighing at least MIN_OUTAGE_WEIGHT
+# (with the half-life above, about a week), at most MAX_OUTAGES (the oldest go first).
+MIN_OUTAGE_WEIGHT = 0.01
+MAX_OUTAGES = 512
 # Weight, in outages, of the rate model's estimate (1 / return rate) in `outage_left`, so a
 # pool with few outages like the current one leans on its rates. Train split, sum over the
 # 20 sweep cells of spotwise minus the better of greedy/UP: 0.5 / 1 / 2 / 5: +60.7 / +60.6 /
@@ -38,15 +40,19 @@ class PoolStats:
     losses: float = 0.0
     returns: float = 0.0
     last: bool | None = None
-    since: float | None = None  # when the current state began (None: before we watched)
+    since: float | None = None  # when the current state began, or was first seen
+    since_seen: bool = False  # we saw it begin (else `since` only bounds its age from below)
     # [hours, weight / scale] per finished outage; `scale` carries the decay of all of them,
     # so an update costs O(1) and the weights need no clock (jobs have their own clocks)
     outages: list[list[float]] = field(default_factory=list)
     scale: float = 1.0
 
     def record_outage(self, hours: float) -> None:
+        floor = MIN_OUTAGE_WEIGHT / self.scale
+        if self.outages and self.outages[0][1] < floor:  # oldest first: drop the faded
+            self.outages = [e for e in self.outages if e[1] >= floor]
         if self.scale < 1e-12:  # renormalise before the stored weights overflow
-            self.outages = [[h, w * self.scale] for h, w in self.outages if w * self.scale > 1e-9]
+            self.outages = [[h, w * self.scale] for h, w in self.outages]
             self.scale = 1.0
         self.outages.append([hours, 1.0 / self.scale])
         if len(self.outages) > MAX_OUTAGES:
@@ -86,10 +92,14 @@ class AvailabilityModel:
                     st.losses += 1
                 elif ok and not st.last:
                     st.returns += 1
-                    if st.since is not None:
+                    if st.since_seen and st.since is not None and now > st.since:
                         st.record_outage(now - st.since)
-            if st.last is None or st.last != bool(ok):
-                st.since = None if st.last is None else now
+            if st.last is None or st.last != bool(ok) or st.since is None:
+                # a change is seen to begin; on first sight (or in a state saved without
+                # `since`) the state began by now at the latest: its age is a lower bound and
+                # its length, unknown, is not recorded
+                st.since_seen = st.last is not None and st.last != bool(ok)
+                st.since = now
             st.last = bool(ok)
 
     def _pooled(self) -> tuple[float, float]:
@@ -126,7 +136,8 @@ class AvailabilityModel:
         st = self.pools.get(zone)
         if st is None or st.last is not False:
             return prior
-        age = 0.0 if st.since is None or self.last_time is None else self.last_time - st.since
+        last = self.last_time
+        age = 0.0 if st.since is None or last is None else max(0.0, last - st.since)
         weight = longer = 0.0
         for hours, w in st.outages:
             if hours > age:

@@ -49,6 +49,37 @@ def test_the_rest_of_an_outage_grows_with_how_long_it_has_lasted() -> None:
     assert abs(1 / fresh.rates("a")[1] - 1 / aged.rates("a")[1]) < 0.1
 
 
+def test_the_same_model_s_estimate_moves_on_as_the_outage_ages() -> None:
+    model = _model(0)
+    fresh = model.outage_left("a")
+    for i in range(1, 11):  # half an hour more of the same outage
+        model.update(i * TICK, {"a": False})
+    assert model.outage_left("a") > 2 * fresh
+
+
+def test_an_outage_already_under_way_when_first_seen_ages_but_is_not_recorded() -> None:
+    """A pool first seen down (a warmed policy, a restored daemon, the start of the history)
+    has been down at least since then: its age grows from there, and as its true length is
+    unknown it does not join the outage lengths."""
+    model = _model(0)
+    model.pools["a"].last, model.pools["a"].since = None, None  # as DeadlinePlanner.warm
+    model.update(0.0, {"a": False})
+    seen = len(model.pools["a"].outages)
+    at_first = model.outage_left("a")
+    model.update(0.5, {"a": False})
+    assert model.outage_left("a") > 2 * at_first
+    model.update(1.0, {"a": True})
+    assert len(model.pools["a"].outages) == seen
+
+
+def test_a_clock_stepping_back_gives_no_negative_age_nor_outage() -> None:
+    model = _model(10)
+    model.update(-5.0, {"a": False})  # the daemon's wall clock stepped back 5 h
+    assert model.outage_left("a") < 1.0  # as at age 0 (at an age of -4.5 h it was 4.7)
+    model.update(-4.0, {"a": True})
+    assert all(hours > 0 for hours, _ in model.pools["a"].outages)
+
+
 def test_a_pool_up_now_or_never_seen_down_falls_back_to_its_return_rate() -> None:
     model = _model(0)
     model.update(0.1, {"a": True})
