@@ -64,6 +64,7 @@ def test_spotwise_waits_out_short_outages_its_own_rule_would_pay_on_demand_for(
     # off, to put the arbiter to the question
     monkeypatch.setattr(spotwise, "BRIDGE_K", 0.0)
     monkeypatch.setattr(spotwise, "SHORT_OUTAGE", 0.0)  # nor wait for a short outage
+    monkeypatch.setattr(spotwise, "PACE", 0.5)  # the slack reserve this job was sized for
     o = obs(work=10.0, deadline=16.0, elapsed=1.5, overhead=1.0, avail={"a": False}, tick=0.25)
     own = _OwnRuleOnly()
     warm_periodic(own, 31, 1, 0.25)

@@ -25,7 +25,8 @@ def test_the_pace_share_ramps_from_pace_to_the_whole_slack() -> None:
     assert share(0.0) == share(spotwise.TIGHT_LO) == pytest.approx(1.0)
     ramp = [share(x) for x in np.linspace(0.0, 0.3, 31)]
     assert all(a >= b for a, b in pairwise(ramp))  # continuous, monotone
-    assert max(abs(a - b) for a, b in pairwise(ramp)) < 0.06
+    step = (1 - spotwise.PACE) * 0.01 / (spotwise.TIGHT_HI - spotwise.TIGHT_LO)
+    assert max(abs(a - b) for a, b in pairwise(ramp)) < step + 1e-9  # no jumps
 
 
 def _outage_early(deadline: float):
