@@ -51,7 +51,12 @@ SweepOpt = Annotated[
     bool, typer.Option("--sweep", help="Overhead x slack grid on the test split (online policies)")
 ]
 SplitOpt = Annotated[
-    str, typer.Option("--split", help="Sweep on the test split (report) or train (tuning)")
+    str,
+    typer.Option(
+        "--split",
+        help="test (report) or train (tuning); train runs the sweep, or without --sweep the "
+        "split settings (price spikes, gangs), on the train split",
+    ),
 ]
 
 
@@ -112,12 +117,17 @@ def deadline(
     except ValueError:
         _err.print("--split must be 'test' or 'train'")
         raise typer.Exit(2) from None
-    chosen = scenarios.sweep(chosen_split, quick) if sweep else scenarios.settings(quick)
+    if sweep:
+        chosen = scenarios.sweep(chosen_split, quick)
+    elif chosen_split is Split.TRAIN:  # the protocol settings' windows are fixed: not split
+        chosen = scenarios.split_settings(chosen_split, quick)
+    else:
+        chosen = scenarios.settings(quick)
     summary = _run_settings(chosen, quick, jobs)
     elapsed = time.perf_counter() - t0
     doc = _deadline_doc(summary, elapsed, quick)
     doc["sweep"] = sweep
-    if sweep:
+    if sweep or chosen_split is Split.TRAIN:
         doc["split"] = chosen_split.value
     if output is Output.json:
         print(json.dumps(doc))

@@ -361,35 +361,56 @@ def adrs_multi(quick: bool = False) -> Setting:
 
 
 def settings(quick: bool = False) -> list[Setting]:
+    """The protocol settings, then the split settings on the test split."""
     if quick:
         single = single_region(windows=2)
         single = replace(single, cases=tuple(c for c in single.cases if "d=52 o=0.1" in c.label))
         multi = multi_region(windows=3)
         multi = replace(multi, cases=multi.cases[-1:])
-        return [single, multi, skynomad_3zone(extra=0), adrs_multi(quick=True),
-                price_spike(quick=True), gang(quick=True)]  # fmt: skip
-    return [single_region(), multi_region(), skynomad_3zone(), adrs_multi(), price_spike(),
-            gang()]  # fmt: skip
+        protocol = [single, multi, skynomad_3zone(extra=0), adrs_multi(quick=True)]
+    else:
+        protocol = [single_region(), multi_region(), skynomad_3zone(), adrs_multi()]
+    return protocol + split_settings(Split.TEST, quick)
+
+
+def split_settings(split: Split, quick: bool = False) -> list[Setting]:
+    """The settings whose windows follow the train/test split (price spikes, gangs): on
+    TRAIN they are what their rules are tuned on, on TEST what is reported."""
+    return [price_spike(quick, split), gang(quick, split=split)]
+
+
+def _half(split: Split, n_ticks: int, length: int, count: int) -> tuple[int, ...]:
+    """`count` even window starts inside the split's half of the 2023 trace."""
+    half = n_ticks // 2
+    lo, hi = (0, half) if split is Split.TRAIN else (half, n_ticks)
+    return tuple(lo + s for s in _even_starts(hi - lo, length, count))
+
+
+# The pools of the split settings: a zone set and a zone alone, both of the split's zones.
+SPLIT_POOLS = {
+    Split.TRAIN: (ZONE_SETS_2023[Split.TRAIN][0], ("us-east-2a",)),
+    Split.TEST: (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)),
+}
 
 
 # ---- gangs (a job of N nodes in one pool) ------------------------------------------------
 
 GANG_NODES = 4
 GANG_SEED = 4
+GANG_WINDOWS = 20  # per pool
 
 
-def gang(quick: bool = False, nodes: int = GANG_NODES) -> Setting:
-    """Test split, 2023: a gang of `nodes` instances (N x the price, any of N nodes can be
-    taken back: trace.gang_trace) over the 3-zone test set and us-west-2a alone."""
+def gang(quick: bool = False, nodes: int = GANG_NODES, split: Split = Split.TEST) -> Setting:
+    """A gang of `nodes` instances (N x the price, any of N nodes can be taken back:
+    trace.gang_trace) over the split's zone set and zone alone, in its half of 2023."""
     from .trace import gang_trace
 
     full = v100_2023()
     job = Job(48.0, 60.0, 0.2)
     length = math.ceil(job.deadline / full.gap_hours)
-    n = 2 if quick else 10
-    starts = tuple(_even_starts(full.n_ticks, length, n))
+    starts = _half(split, full.n_ticks, length, 2 if quick else GANG_WINDOWS)
     cases = []
-    for zones in (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)):
+    for zones in SPLIT_POOLS[split]:
         g = gang_trace(full.select(zones), nodes, seed=GANG_SEED)
         label = f"{nodes} nodes, {len(zones)} zone{'s' if len(zones) > 1 else ''}"
         cases.append(Case(label, g, starts, job))
@@ -399,7 +420,7 @@ def gang(quick: bool = False, nodes: int = GANG_NODES) -> Setting:
         "60 h, o=0.2)",
         tuple(cases),
         dp_units=4,
-        windows=describe(Split.TEST),
+        windows=describe(split),
     )
 
 
@@ -429,16 +450,14 @@ def with_spikes(trace: Trace, seed: int = SPIKE_SEED) -> Trace:
                  f"{trace.name} +spikes")  # fmt: skip
 
 
-def price_spike(quick: bool = False) -> Setting:
-    """Test split, 2023 second half: the 3-zone test set and us-west-2a alone, with spikes."""
+def price_spike(quick: bool = False, split: Split = Split.TEST) -> Setting:
+    """The split's zone set and zone alone, in its half of 2023, with spikes."""
     full = v100_2023()
-    half = full.n_ticks // 2
     job = Job(48.0, 60.0, 0.2)
     length = math.ceil(job.deadline / full.gap_hours)
-    n = 2 if quick else 20
-    starts = tuple(half + s for s in _even_starts(full.n_ticks - half, length, n))
+    starts = _half(split, full.n_ticks, length, 2 if quick else 20)
     cases = []
-    for zones in (ZONE_SETS_2023[Split.TEST][0], ("us-west-2a",)):
+    for zones in SPLIT_POOLS[split]:
         spiky = with_spikes(full.select(zones))
         label = f"{len(zones)} zone{'s' if len(zones) > 1 else ''} ({', '.join(zones)})"
         cases.append(Case(label, spiky, starts, job))
@@ -447,7 +466,7 @@ def price_spike(quick: bool = False) -> Setting:
         "price spikes to 1.1-3x on-demand (synthetic, on real 2023 prices; 48 h, 60 h, o=0.2)",
         tuple(cases),
         dp_units=4,
-        windows=describe(Split.TEST),
+        windows=describe(split),
     )
 
 

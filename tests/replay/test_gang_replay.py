@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from scheduler.replay import scenarios
+from scheduler.replay.split import ZONES_2023, Split
 from scheduler.replay.trace import gang_trace
 
 pytestmark = pytest.mark.timeout(300)
@@ -34,3 +35,35 @@ def test_the_deadline_bench_has_a_gang_setting():
     assert result.runs > 0 and "spotwise" in result.stats
     # A 4-node gang on all on-demand costs 4 x a node's.
     assert result.od_cost == pytest.approx(4 * (48.0 + 0.2) * 3.06, rel=0.01)
+
+
+@pytest.mark.parametrize("split", list(Split))
+def test_the_split_settings_windows_lie_in_their_split_s_half_and_zones(split):
+    """Gangs and price spikes are tuned on TRAIN and reported on TEST: every window lies in
+    the split's half of 2023 and every pool is one of its zones (the gang setting's windows
+    used to span both halves while its label said the second)."""
+    full = scenarios.v100_2023()
+    half = full.n_ticks // 2
+    lo, hi = (0, half) if split is Split.TRAIN else (half, full.n_ticks)
+    for setting in scenarios.split_settings(split):
+        assert setting.windows.startswith(split.value)
+        for case in setting.cases:
+            assert set(case.trace.zones) <= set(ZONES_2023[split])
+            length = int(np.ceil(case.job.deadline / full.gap_hours))
+            assert case.starts and all(lo <= s and s + length <= hi for s in case.starts)
+
+
+def test_bench_split_train_without_sweep_runs_only_the_split_settings(monkeypatch):
+    from typer.testing import CliRunner
+
+    from scheduler import bench
+
+    seen: list = []
+    monkeypatch.setattr(
+        bench, "_run_settings", lambda chosen, quick, jobs: seen.extend(chosen) or []
+    )
+    monkeypatch.setattr(bench, "_deadline_doc", lambda *a: {"settings": []})
+    result = CliRunner().invoke(bench.bench_app, ["deadline", "--split", "train", "--quick"])
+    assert result.exit_code == 0, result.output
+    assert [s.key for s in seen] == ["price-spike", "gang"]
+    assert all(s.windows.startswith("train") for s in seen)
