@@ -21,7 +21,7 @@ from scheduler.policy.optimal import Grid, solve
 
 from .datasets import cbl_2022, v100_2023
 from .sim import Job, simulate
-from .split import ZONE_SETS_2023, Split, describe, periods
+from .split import ZONE_SETS_2023, Split, describe, half_2023, periods
 from .trace import Trace
 
 ONLINE = ("on-demand", "greedy", "uniform-progress", "spotwise")
@@ -381,11 +381,11 @@ def split_settings(split: Split, quick: bool = False) -> list[Setting]:
 
 def _half(split: Split, n_ticks: int, length: int, count: int) -> tuple[int, ...]:
     """`count` even window starts inside the split's half of the 2023 trace."""
-    half = n_ticks // 2
-    lo, hi = (0, half) if split is Split.TRAIN else (half, n_ticks)
+    lo, hi = half_2023(split, n_ticks)
     return tuple(lo + s for s in _even_starts(hi - lo, length, count))
 
 
+SPLIT_WINDOWS = 20  # per pool, in each split setting
 # The pools of the split settings: a zone set and a zone alone, both of the split's zones.
 SPLIT_POOLS = {
     Split.TRAIN: (ZONE_SETS_2023[Split.TRAIN][0], ("us-east-2a",)),
@@ -397,7 +397,6 @@ SPLIT_POOLS = {
 
 GANG_NODES = 4
 GANG_SEED = 4
-GANG_WINDOWS = 20  # per pool
 
 
 def gang(quick: bool = False, nodes: int = GANG_NODES, split: Split = Split.TEST) -> Setting:
@@ -408,7 +407,7 @@ def gang(quick: bool = False, nodes: int = GANG_NODES, split: Split = Split.TEST
     full = v100_2023()
     job = Job(48.0, 60.0, 0.2)
     length = math.ceil(job.deadline / full.gap_hours)
-    starts = _half(split, full.n_ticks, length, 2 if quick else GANG_WINDOWS)
+    starts = _half(split, full.n_ticks, length, 2 if quick else SPLIT_WINDOWS)
     cases = []
     for zones in SPLIT_POOLS[split]:
         g = gang_trace(full.select(zones), nodes, seed=GANG_SEED)
@@ -455,7 +454,7 @@ def price_spike(quick: bool = False, split: Split = Split.TEST) -> Setting:
     full = v100_2023()
     job = Job(48.0, 60.0, 0.2)
     length = math.ceil(job.deadline / full.gap_hours)
-    starts = _half(split, full.n_ticks, length, 2 if quick else 20)
+    starts = _half(split, full.n_ticks, length, 2 if quick else SPLIT_WINDOWS)
     cases = []
     for zones in SPLIT_POOLS[split]:
         spiky = with_spikes(full.select(zones))

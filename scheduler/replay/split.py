@@ -58,14 +58,19 @@ def periods(split: Split) -> list[Period]:
         if name.startswith(ZONES_2022[split]):
             out.append(Period(name, t, 0, t.n_ticks, False))
     full = v100_2023()
-    half = full.n_ticks // 2
-    lo, hi = (0, half) if split is Split.TRAIN else (half, full.n_ticks)
+    lo, hi = half_2023(split, full.n_ticks)
     for zone in ZONES_2023[split]:
         out.append(Period(f"2023 {zone}", full.select((zone,)), lo, hi, False))
     for zones in ZONE_SETS_2023[split]:
         label = f"2023 {len(zones)} zones ({', '.join(zones)})"
         out.append(Period(label, full.select(zones), lo, hi, True))
     return out
+
+
+def half_2023(split: Split, n_ticks: int) -> tuple[int, int]:
+    """The tick range [lo, hi) of the split's half of the 2023 trace."""
+    half = n_ticks // 2
+    return (0, half) if split is Split.TRAIN else (half, n_ticks)
 
 
 def describe(split: Split) -> str:
