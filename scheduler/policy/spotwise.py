@@ -9,7 +9,9 @@ waiting and by restarts. Spend it where it buys most:
   the expected restarts' slack;
 - above the reserve, wait out outages instead of paying on-demand;
 - at the reserve, run on-demand, but jump back to spot as soon as a pool is up and the
-  expected saving over its expected run beats the restart's cost; but wait the outage out
+  expected saving over its expected run beats the restart's cost (the restart back to
+  on-demand that ends a run of spells is shared by the spells the spare slack lets the job
+  chain, _chain_spells); but wait the outage out
   instead (as greedy does) when the regret hedge's margin left could not pay for the
   on-demand launch and the relaunch on spot: such a bridge would lock the job on on-demand,
   and finishing on on-demand costs the same later; nor bridge an outage expected to end
@@ -291,7 +293,8 @@ class SpotwisePolicy(Policy):
         Over the expected spell E, spot bills E at its rate instead of on-demand; the restart
         overhead's worth of work is not done and falls back to on-demand, and if the spell
         ends before the work does, coming back costs another restart (on-demand unless another
-        pool is likely up) and both restarts use slack.
+        pool is likely up) and both restarts use slack; that way back is paid once per chain
+        of spells the spare slack allows, not once per spell.
         """
         per_hour, spell, fixed, back = self._switch_terms(obs, zone)
         w = obs.remaining_work
@@ -299,7 +302,11 @@ class SpotwisePolicy(Policy):
 
     def _switch_terms(self, obs: Observation, zone: str) -> tuple[float, float, float, float]:
         """_switch_gain as (saving per spot hour, expected spell E, fixed cost, extra cost
-        if the spell ends before the work): gain = saving x min(w, E) - fixed - [E < w] extra."""
+        if the spell ends before the work): gain = saving x min(w, E) - fixed - [E < w] extra.
+
+        The extra cost, the restart that ends the chain of spells, is shared by the spells
+        of that chain (_chain_spells): with slack to spare, an interrupted spell is followed
+        by another spell, not by the way back."""
         o, od = obs.restart_overhead, obs.on_demand_price
         lam, _ = self.model.rates(zone)
         rate = self._rate_cost(obs, zone)
@@ -307,7 +314,17 @@ class SpotwisePolicy(Policy):
         back_price = od if ff > 1.5 else rate
         sv = self._slack_value(obs, zone) * o
         fixed = od * o + obs.migration_cost.get(zone, 0.0) + sv
-        return od - rate, 1.0 / lam, fixed, back_price * o + sv
+        back = (back_price * o + sv) / self._chain_spells(obs, lam, ff)
+        return od - rate, 1.0 / lam, fixed, back
+
+    def _chain_spells(self, obs: Observation, lam: float, fallback: float) -> float:
+        """Spot spells expected from one switch before the job is back on on-demand: one,
+        plus one per restart the slack above the reserve (after this switch's restart) can
+        pay for, at most the spells the work left takes (w x lam)."""
+        spare = obs.slack_if_launch - obs.restart_overhead - self._reserve(obs)
+        per_restart = max(obs.expected_loss_per_interruption * fallback, EPS)
+        more = max(0.0, spare / per_restart)
+        return 1.0 + min(more, max(0.0, obs.remaining_work * lam - 1.0))
 
     def _can_bridge(self, obs: Observation, spent: float) -> bool:
         """Running on-demand through this outage still leaves the regret hedge room to come
