@@ -47,6 +47,27 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def _step(msg: str) -> None:
+    """A step counter: a line each where stderr is a log; on a terminal one line rewritten
+    in place and cut to its width (hundreds of ~100-column lines wrapped at 80)."""
+    if not sys.stderr.isatty():
+        _progress(msg)
+        return
+    try:
+        width = os.get_terminal_size(sys.stderr.fileno()).columns
+    except OSError:
+        width = 80
+    sys.stderr.write(f"\r{msg[: max(1, width - 1)]}\x1b[K")
+    sys.stderr.flush()
+
+
+def _steps_done() -> None:
+    """Clear a terminal's step line, so the tables start on a clean screen line."""
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+
+
 SweepOpt = Annotated[
     bool, typer.Option("--sweep", help="Overhead x slack grid on the test split (online policies)")
 ]
@@ -73,7 +94,7 @@ def _run_settings(chosen: list, quick: bool, jobs: int) -> list:
             s = chosen[si]
             results[si].append(run_case(case, s.policies or ALL, s.dp_units))
             done += 1
-            _progress(f"[{done}/{len(tasks)}] {s.key}: {case.label}")
+            _step(f"[{done}/{len(tasks)}] {s.key}: {case.label}")
     else:
         with ProcessPoolExecutor(max_workers=workers) as pool:
             futs = {
@@ -87,7 +108,8 @@ def _run_settings(chosen: list, quick: bool, jobs: int) -> list:
                 si, case = futs[fut]
                 results[si].append(fut.result())
                 done += 1
-                _progress(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
+                _step(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
+    _steps_done()
     # keep case order stable whatever order the workers finished in
     order = {id(c): i for s in chosen for i, c in enumerate(s.cases)}
     out = []

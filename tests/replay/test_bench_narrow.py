@@ -25,10 +25,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
-def in_terminal(*args: str, columns: int = 80) -> list[str]:
+def in_terminal(*args: str, columns: int = 80, stderr_too: bool = False) -> list[str]:
     """What `spotwise ARGS` prints on a pseudo-terminal of this width, as a user runs it (the
     bench sizes its tables from the terminal only when stdout is one), colours stripped. The
-    progress lines on stderr are not the tables': they go to a file."""
+    progress lines on stderr go to a file, unless `stderr_too` (then the raw text is kept:
+    carriage returns included)."""
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
     chunks = []
@@ -37,7 +38,7 @@ def in_terminal(*args: str, columns: int = 80) -> list[str]:
             [sys.executable, "-m", "scheduler", *args],
             stdin=slave,
             stdout=slave,
-            stderr=err,
+            stderr=slave if stderr_too else err,
             env=dict(os.environ, COLUMNS=str(columns)),
         )
         os.close(slave)
@@ -57,7 +58,8 @@ def in_terminal(*args: str, columns: int = 80) -> list[str]:
             os.close(master)
             if proc.poll() is None:
                 proc.kill()
-    return ANSI.sub("", b"".join(chunks).decode()).splitlines()
+    text = ANSI.sub("", b"".join(chunks).decode())
+    return text.split("\n") if stderr_too else text.splitlines()
 
 
 def assert_fits(lines: list[str], columns: int = 80) -> None:
@@ -136,3 +138,16 @@ def test_piped_tables_never_wrap_a_cell(monkeypatch: pytest.MonkeyPatch) -> None
     rows = [ln for ln in buf.getvalue().splitlines() if ln.startswith("│")]
     assert len(rows) == len(doc["settings"]), "\n".join(rows)  # one line per cell's row
     assert all("…" not in ln for ln in rows)
+
+
+def test_bench_progress_on_a_terminal_is_one_line_that_never_wraps() -> None:
+    """The step counter ("[81/638] sweep o=0.02 slack=1.5: 2023 4 zones (...) w=96", about
+    105 columns) is rewritten in place on a terminal and cut to its width; each piece the
+    terminal draws between carriage returns fits in 80 columns."""
+    lines = in_terminal("bench", "deadline", "--quick", stderr_too=True)
+    drawn = [piece for ln in lines for piece in ln.split("\r")]
+    assert_fits([p.rstrip() for p in drawn])
+    steps = [p for p in drawn if re.match(r"\[\d+/\d+\] ", p)]
+    assert len(steps) > 3
+    # in place: the counter never starts a line of its own (each step follows a "\r")
+    assert not [ln for ln in lines if re.match(r"\[\d+/\d+\] ", ln)]
