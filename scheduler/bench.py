@@ -80,6 +80,15 @@ SplitOpt = Annotated[
     ),
 ]
 
+WindowsOpt = Annotated[
+    int,
+    typer.Option(
+        "--windows",
+        help="With --sweep: start windows per trace, task length and cell (default 2; "
+        "more for tuning on the train split with less noise)",
+    ),
+]
+
 
 def _run_settings(chosen: list, quick: bool, jobs: int) -> list:
     """Every case of every setting, in worker processes unless quick or one worker."""
@@ -127,6 +136,7 @@ def deadline(
     jobs: JobsOpt = 0,
     sweep: SweepOpt = False,
     split: SplitOpt = "test",
+    windows: WindowsOpt = 0,
 ) -> None:
     """Deadline policies replayed over real spot traces: cost, misses, score with 95% CI,
     ratio to optimal, worse-than-UP share and worst window against all-on-demand."""
@@ -139,8 +149,14 @@ def deadline(
     except ValueError:
         _err.print("--split must be 'test' or 'train'")
         raise typer.Exit(2) from None
+    if windows and not sweep:
+        _err.print("--windows applies to --sweep only (the other settings' windows are fixed)")
+        raise typer.Exit(2)
+    if windows < 0 or windows > scenarios.MAX_SWEEP_WINDOWS:
+        _err.print(f"--windows must be 1 to {scenarios.MAX_SWEEP_WINDOWS}")
+        raise typer.Exit(2)
     if sweep:
-        chosen = scenarios.sweep(chosen_split, quick)
+        chosen = scenarios.sweep(chosen_split, quick, windows or None)
     elif chosen_split is Split.TRAIN:  # the protocol settings' windows are fixed: not split
         chosen = scenarios.split_settings(chosen_split, quick)
     else:

@@ -475,6 +475,7 @@ SWEEP_OVERHEADS = (0.02, 0.1, 0.2, 0.5, 1.0)
 SWEEP_SLACKS = (1.05, 1.2, 1.5, 2.0)
 SWEEP_LENGTHS = (12.0, 48.0, 96.0)
 SWEEP_WINDOWS = 2  # per trace / zone set, length and cell
+MAX_SWEEP_WINDOWS = 32  # `--windows` above this would take hours on two cores
 
 
 def is_multi_zone(case_label: str) -> bool:
@@ -482,16 +483,19 @@ def is_multi_zone(case_label: str) -> bool:
     return " zones (" in case_label
 
 
-def sweep(split: Split = Split.TEST, quick: bool = False) -> list[Setting]:
+def sweep(
+    split: Split = Split.TEST, quick: bool = False, windows: int | None = None
+) -> list[Setting]:
     """One setting per (overhead, slack) cell; each holds every period of the split at every
-    task length. No DP here (too large at 96 h); scores use the in-run anchors."""
+    task length, `windows` start windows each (SWEEP_WINDOWS, 1 when quick). No DP here (too
+    large at 96 h); scores use the in-run anchors."""
     overheads: tuple[float, ...] = SWEEP_OVERHEADS
     slacks: tuple[float, ...] = SWEEP_SLACKS
     lengths: tuple[float, ...] = SWEEP_LENGTHS
-    n = SWEEP_WINDOWS
+    n = windows or (1 if quick else SWEEP_WINDOWS)
     pers = periods(split)
     if quick:
-        overheads, slacks, lengths, n = (0.05, 1.0), (1.2,), (12.0,), 1
+        overheads, slacks, lengths = (0.05, 1.0), (1.2,), (12.0,)
         pers = [pers[0], pers[-1]]
     out = []
     for o in overheads:

@@ -91,3 +91,30 @@ def test_bench_placement_quick_json() -> None:
     assert all(s["chosen"] for s in doc["single"])
     q = doc["queue"]
     assert q["jobs"] == 200 and q["mismatches"] == 0 and 0 < q["placed"] <= 200
+
+
+@pytest.mark.timeout(120)
+def test_bench_sweep_windows_sets_the_start_windows_per_trace_and_length() -> None:
+    """`--windows N`: N start windows per trace or zone set, task length and cell (the
+    constants are tuned on `--split train --windows 8`, which a reader can rerun)."""
+    args = ["deadline", "--sweep", "--quick", "--split", "train", "--windows", "3", "-o", "json"]
+    result = CliRunner().invoke(bench_app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["split"] == "train"
+    assert [s["runs"] for s in doc["settings"]] == [6, 6]  # 2 periods x 3 windows
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--windows", "3"],
+         "--windows applies to --sweep only (the other settings' windows are fixed)"),
+        (["--sweep", "--windows", "999"], "--windows must be 1 to 32"),
+        (["--sweep", "--windows", "-1"], "--windows must be 1 to 32"),
+    ],
+)  # fmt: skip
+def test_bench_windows_out_of_place_is_one_line_and_exit_2(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(bench_app, ["deadline", *args])
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [says]
