@@ -14,6 +14,8 @@ ones, what is left is the long ones' rest (past the longest on record, the rate 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Generic priors (not fitted to any trace): spot runs last ~10 h, outages ~2 h.
@@ -46,6 +48,9 @@ class PoolStats:
     # so an update costs O(1) and the weights need no clock (jobs have their own clocks)
     outages: list[list[float]] = field(default_factory=list)
     scale: float = 1.0
+    # the last price seen: the daemon shows a pool without capacity unpriced, and what an
+    # outage keeps the job from is priced by what the pool cost when it was last up
+    price: float | None = None
 
     def record_outage(self, hours: float) -> None:
         floor = MIN_OUTAGE_WEIGHT / self.scale
@@ -66,8 +71,14 @@ class AvailabilityModel:
     _cache: dict[str, tuple[float, float]] = field(default_factory=dict, repr=False)
     _left: dict[str, float] = field(default_factory=dict, repr=False)
 
-    def update(self, now: float, available: dict[str, bool] | object) -> None:
-        """Account the time since the last update to each pool's previous state."""
+    def update(
+        self,
+        now: float,
+        available: dict[str, bool] | object,
+        prices: Mapping[str, float] | None = None,
+    ) -> None:
+        """Account the time since the last update to each pool's previous state (and keep
+        each pool's last finite price, where `prices` are given)."""
         dt = 0.0 if self.last_time is None or now < self.last_time else now - self.last_time
         self.last_time = now
         self._cache.clear()
@@ -101,6 +112,10 @@ class AvailabilityModel:
                 st.since_seen = st.last is not None and st.last != bool(ok)
                 st.since = now
             st.last = bool(ok)
+            if prices is not None:
+                p = prices.get(zone)
+                if p is not None and math.isfinite(p):
+                    st.price = float(p)
 
     def _pooled(self) -> tuple[float, float]:
         up = sum(s.up_hours for s in self.pools.values())
@@ -136,8 +151,7 @@ class AvailabilityModel:
         st = self.pools.get(zone)
         if st is None or st.last is not False:
             return prior
-        last = self.last_time
-        age = 0.0 if st.since is None or last is None else max(0.0, last - st.since)
+        age = self.outage_age(zone)
         weight = longer = 0.0
         for hours, w in st.outages:
             if hours > age:
@@ -146,6 +160,19 @@ class AvailabilityModel:
         left = (longer * st.scale + OUTAGE_PRIOR * prior) / (weight * st.scale + OUTAGE_PRIOR)
         self._left[zone] = left
         return left
+
+    def outage_age(self, zone: str) -> float:
+        """Hours `zone` has been down (0 if it is up or was never seen); for an outage
+        already under way when first seen, the hours since then (a lower bound)."""
+        st = self.pools.get(zone)
+        last = self.last_time
+        if st is None or st.last is not False or st.since is None or last is None:
+            return 0.0
+        return max(0.0, last - st.since)
+
+    def last_price(self, zone: str) -> float | None:
+        st = self.pools.get(zone)
+        return None if st is None else st.price
 
     def availability(self, zone: str) -> float:
         lam, mu = self.rates(zone)

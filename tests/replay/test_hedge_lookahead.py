@@ -70,13 +70,19 @@ def test_a_launch_whose_overhead_the_margin_cannot_pay_is_refused_up_front() -> 
 
 def test_spotwise_does_not_leave_on_demand_to_wait_for_a_launch_the_hedge_refuses() -> None:
     """Waiting spends nothing, so the hedge's verdict on a launch cannot change while the
-    job waits: leaving on-demand would only come back to it, paying its overhead again."""
+    job waits: leaving on-demand would only come back to it, paying its overhead again.
+    (In an outage a bridge is now held until spot is back whatever the hedge says, see
+    test_ski_bridge.py; the hedge's own gate, _may_leave, still guards the other ways off
+    on-demand.)"""
     on_od = _obs(placement=ON_DEMAND, spot_available={"a": False})
     idle = replace(on_od, placement=None)
     refused = _spent_for_regret(idle, hedge_margin(idle) - SPOT_PRICE * OVERHEAD / 2)
     allowed = _spent_for_regret(idle, 0.0)
-    assert get_policy("spotwise").decide(replace(on_od, spent=allowed)) == WAIT
     assert get_policy("spotwise").decide(replace(on_od, spent=refused)) == ON_DEMAND
+    assert get_policy("spotwise").decide(replace(on_od, spent=allowed)) == ON_DEMAND
+    policy = get_policy("spotwise")
+    assert policy._may_leave(on_od, allowed)  # type: ignore[attr-defined]
+    assert not policy._may_leave(on_od, refused)  # type: ignore[attr-defined]
 
 
 def test_the_last_tick_of_a_running_attempt_is_billed_only_until_the_work_is_done() -> None:

@@ -57,6 +57,8 @@ def test_learned_availability_survives_a_restart(make_world):
     assert got.last_time == learned.last_time
     # and the outage lengths behind outage_left, with the decay and the current spell
     assert learned.pools["us-east-1b"].outages
+    # and the last price seen (the daemon shows a pool without capacity unpriced)
+    assert learned.pools["us-east-1b"].price == pytest.approx(0.8)
     assert got.pools == learned.pools
 
 
