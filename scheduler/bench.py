@@ -54,7 +54,7 @@ def _step(msg: str) -> None:
         _progress(msg)
         return
     try:
-        width = os.get_terminal_size(sys.stderr.fileno()).columns
+        width = os.get_terminal_size(sys.stderr.fileno()).columns or 80  # 0: size unknown
     except OSError:
         width = 80
     sys.stderr.write(f"\r{msg[: max(1, width - 1)]}\x1b[K")
@@ -81,11 +81,11 @@ SplitOpt = Annotated[
 ]
 
 WindowsOpt = Annotated[
-    int,
+    int | None,
     typer.Option(
         "--windows",
-        help="With --sweep: start windows per trace, task length and cell (default 2; "
-        "more for tuning on the train split with less noise)",
+        help="With --sweep: start windows per trace, task length and cell (default 2, 1 "
+        "with --quick; more for tuning on the train split with less noise)",
     ),
 ]
 
@@ -98,27 +98,29 @@ def _run_settings(chosen: list, quick: bool, jobs: int) -> list:
     results: dict[int, list] = {i: [] for i in range(len(chosen))}
     workers = jobs or min(4, os.cpu_count() or 1)
     done = 0
-    if workers <= 1 or quick:
-        for si, case in tasks:
-            s = chosen[si]
-            results[si].append(run_case(case, s.policies or ALL, s.dp_units))
-            done += 1
-            _step(f"[{done}/{len(tasks)}] {s.key}: {case.label}")
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = {
-                pool.submit(run_case, case, chosen[si].policies or ALL, chosen[si].dp_units): (
-                    si,
-                    case,
-                )
-                for si, case in tasks
-            }
-            for fut in as_completed(futs):
-                si, case = futs[fut]
-                results[si].append(fut.result())
+    try:  # the step line is cleared however the run ends (a traceback starts on its own line)
+        if workers <= 1 or quick:
+            for si, case in tasks:
+                s = chosen[si]
+                results[si].append(run_case(case, s.policies or ALL, s.dp_units))
                 done += 1
-                _step(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
-    _steps_done()
+                _step(f"[{done}/{len(tasks)}] {s.key}: {case.label}")
+        else:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                futs = {
+                    pool.submit(run_case, case, chosen[si].policies or ALL, chosen[si].dp_units): (
+                        si,
+                        case,
+                    )
+                    for si, case in tasks
+                }
+                for fut in as_completed(futs):
+                    si, case = futs[fut]
+                    results[si].append(fut.result())
+                    done += 1
+                    _step(f"[{done}/{len(tasks)}] {chosen[si].key}: {case.label}")
+    finally:
+        _steps_done()
     # keep case order stable whatever order the workers finished in
     order = {id(c): i for s in chosen for i, c in enumerate(s.cases)}
     out = []
@@ -136,7 +138,7 @@ def deadline(
     jobs: JobsOpt = 0,
     sweep: SweepOpt = False,
     split: SplitOpt = "test",
-    windows: WindowsOpt = 0,
+    windows: WindowsOpt = None,
 ) -> None:
     """Deadline policies replayed over real spot traces: cost, misses, score with 95% CI,
     ratio to optimal, worse-than-UP share and worst window against all-on-demand."""
@@ -149,14 +151,14 @@ def deadline(
     except ValueError:
         _err.print("--split must be 'test' or 'train'")
         raise typer.Exit(2) from None
-    if windows and not sweep:
+    if windows is not None and not sweep:
         _err.print("--windows applies to --sweep only (the other settings' windows are fixed)")
         raise typer.Exit(2)
-    if windows < 0 or windows > scenarios.MAX_SWEEP_WINDOWS:
+    if windows is not None and not 1 <= windows <= scenarios.MAX_SWEEP_WINDOWS:
         _err.print(f"--windows must be 1 to {scenarios.MAX_SWEEP_WINDOWS}")
         raise typer.Exit(2)
     if sweep:
-        chosen = scenarios.sweep(chosen_split, quick, windows or None)
+        chosen = scenarios.sweep(chosen_split, quick, windows)
     elif chosen_split is Split.TRAIN:  # the protocol settings' windows are fixed: not split
         chosen = scenarios.split_settings(chosen_split, quick)
     else:

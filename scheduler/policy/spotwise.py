@@ -153,12 +153,10 @@ class SpotwisePolicy(Policy):
         lam, _ = self.model.rates(zone)
         return max(min(work, 1.0 / lam), EPS)
 
-    def _rate_cost(self, obs: Observation, zone: str, price: float | None = None) -> float:
-        """$ per hour of work on `zone` (at `price`, default its price now), counting
-        restarts its interruptions will cause."""
+    def _rate_cost(self, obs: Observation, zone: str) -> float:
+        """$ per hour of work on `zone`, counting restarts its interruptions will cause."""
         lam, _ = self.model.rates(zone)
-        price = obs.spot_price[zone] if price is None else price
-        return price * (1.0 + lam * obs.expected_loss_per_interruption)
+        return obs.spot_price[zone] * (1.0 + lam * obs.expected_loss_per_interruption)
 
     def _launch_cost(self, obs: Observation, zone: str) -> float:
         return obs.restart_overhead * obs.spot_price[zone] + obs.migration_cost.get(zone, 0.0)
@@ -196,7 +194,7 @@ class SpotwisePolicy(Policy):
 
     def decide(self, obs: Observation) -> Action:
         """The cost-seeking choice, then the price and regret guards; keeps the ledger."""
-        obs = price_filtered(obs)
+        obs = price_filtered(self._with_last_prices(obs))
         cur = obs.on_spot
         if cur is not None and not obs.spot_available.get(cur, False):
             # the running zone was priced out: decide as if stopped (leaving it is the point)
@@ -219,12 +217,27 @@ class SpotwisePolicy(Policy):
         self._ledger += price * obs.tick_hours
         return act
 
+    def _with_last_prices(self, obs: Observation) -> Observation:
+        """`obs` with each pool shown without a price (the daemon's pools without capacity)
+        priced at the last price seen there, as the replay shows a pool that is down at its
+        market price: the outage rules and the hedge's checks then judge the daemon's
+        outages as the bench's. Pools never seen priced stay unpriced."""
+        if all(math.isfinite(p) for p in obs.spot_price.values()):
+            return obs
+        prices = dict(obs.spot_price)
+        for zone, p in obs.spot_price.items():
+            last = None if math.isfinite(p) else self.model.last_price(zone)
+            if last is not None:
+                prices[zone] = last
+        return replace(obs, spot_price=prices)
+
     def _may_leave(self, obs: Observation, spent: float) -> bool:
         """Stopping on-demand to wait for spot keeps regret within the margin, and the hedge
         would let some pool we could enter launch at its known price: otherwise the wait can
         only end back on on-demand, paying its launch overhead again (waiting spends nothing,
-        so the hedge's verdict cannot change until a price does). A pool with no known price
-        (the daemon's pools without capacity) is given the benefit of the doubt."""
+        so the hedge's verdict cannot change until a price does). A pool never seen priced
+        (the daemon's, without capacity since the job began) is given the benefit of the
+        doubt."""
         if not hedge_allows_idle(obs, spent):
             return False
         if not all(math.isfinite(p) for p in obs.spot_price.values()):
@@ -413,18 +426,17 @@ class SpotwisePolicy(Policy):
     def _awaited(self, obs: Observation) -> tuple[str, float, float] | None:
         """The outage the job is waiting out: (the down pool worth entering that saves most
         per hour of work, that saving against on-demand, how long the outage has lasted,
-        the youngest of those pools'). A pool the daemon shows without a price (no
-        capacity) counts at the last price seen. None when no down pool would save."""
+        the youngest of those pools'). None when no down pool with a known price (the
+        daemon's at the last price seen: _with_last_prices) would save."""
         od = obs.on_demand_price
         best: tuple[str, float] | None = None
         age = math.inf
-        for zone, p in obs.spot_price.items():
-            if obs.spot_available.get(zone, False):
+        for zone, price in obs.spot_price.items():
+            if obs.spot_available.get(zone, False) or not math.isfinite(price):
                 continue
-            price = p if math.isfinite(p) else self.model.last_price(zone)
-            if price is None or price > PRICE_ENTER * od + EPS:
+            if price > PRICE_ENTER * od + EPS:
                 continue
-            saving = od - self._rate_cost(obs, zone, price)
+            saving = od - self._rate_cost(obs, zone)
             if saving <= EPS:
                 continue
             age = min(age, self.model.outage_age(zone))
@@ -445,6 +457,8 @@ class SpotwisePolicy(Policy):
             return False
         zone, saving, age = awaited
         excess = saving * (self._slack_scarcity(obs, zone) - 1.0)
+        if excess <= EPS:  # slack no dearer than the on-demand it avoids (or no overhead)
+            return False
         return excess * age >= obs.on_demand_price * obs.restart_overhead - EPS
 
     def _worth_waiting_for(self, obs: Observation, best: str, spare: float) -> str | None:

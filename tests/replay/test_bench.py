@@ -112,6 +112,9 @@ def test_bench_sweep_windows_sets_the_start_windows_per_trace_and_length() -> No
          "--windows applies to --sweep only (the other settings' windows are fixed)"),
         (["--sweep", "--windows", "999"], "--windows must be 1 to 32"),
         (["--sweep", "--windows", "-1"], "--windows must be 1 to 32"),
+        (["--sweep", "--windows", "0"], "--windows must be 1 to 32"),
+        (["--windows", "0"],
+         "--windows applies to --sweep only (the other settings' windows are fixed)"),
     ],
 )  # fmt: skip
 def test_bench_windows_out_of_place_is_one_line_and_exit_2(args: list[str], says: str) -> None:

@@ -5,10 +5,12 @@ SpotwisePolicy._rent_paid); a bridge is held until spot is back."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from scheduler.policy import ON_DEMAND, WAIT
+from scheduler.policy.safety import hedge_margin, regret_if_committed
 from scheduler.policy.spotwise import SpotwisePolicy
 
 from .helpers import obs
@@ -36,11 +38,19 @@ def _seen(down_for: float) -> SpotwisePolicy:
     return policy
 
 
-def _decide(down_for: float, slack: float, price: float = 1.0, placement=None):
+def _decide(
+    down_for: float,
+    slack: float,
+    price: float = 1.0,
+    placement=None,
+    overhead: float = OVERHEAD,
+    spent: float | None = None,
+):
     """The policy's action at elapsed 0, with `slack` hours to spare on 40 h of work."""
     policy = _seen(down_for)
-    now = obs(work=WORK, deadline=WORK + OVERHEAD + slack, overhead=OVERHEAD, avail={"a": False},
+    now = obs(work=WORK, deadline=WORK + overhead + slack, overhead=overhead, avail={"a": False},
               prices={"a": price}, od=OD, placement=placement)  # fmt: skip
+    now = replace(now, spent=spent)
     policy.observe(now)
     return policy, now, policy.decide(now)
 
@@ -75,6 +85,29 @@ def test_a_pool_the_daemon_shows_unpriced_counts_at_its_last_seen_price() -> Non
     what the pool cost when last up, so the daemon bridges as the bench does."""
     assert _decide(down_for=1.5, slack=6.0, price=math.inf)[2] == ON_DEMAND
     assert _decide(down_for=1.0, slack=6.0, price=math.inf)[2] == WAIT
+
+
+@pytest.mark.parametrize("price", [1.0, math.inf])
+def test_no_bridge_the_hedge_margin_cannot_pay_in_the_daemon_either(price: float) -> None:
+    """A bridge needs the hedge's margin to pay an on-demand launch and the relaunch on spot
+    ((3 + 1) x 0.5 h here); with $1 of margin left the job waits. The daemon's unpriced
+    outage used to pass as "no spot to come back to" and skip that check (a review found
+    it): now it is judged at the pool's last price, as the bench judges it."""
+    policy = _seen(2.0)
+    now = obs(work=WORK, deadline=WORK + OVERHEAD + 6.0, overhead=OVERHEAD, avail={"a": False},
+              prices={"a": 1.0}, od=OD)  # fmt: skip
+    spent = hedge_margin(now) - 1.0 - regret_if_committed(now, 0.0)
+    assert _decide(down_for=2.0, slack=6.0, price=price)[2] == ON_DEMAND  # with the margin
+    assert _decide(down_for=2.0, slack=6.0, price=price, spent=spent)[2] == WAIT
+    assert policy._slack_scarcity(now, "a") > 1.0
+
+
+def test_no_overhead_never_bridges_early() -> None:
+    """With no restart overhead an on-demand launch costs nothing to wait for, and slack
+    is worth no more than the on-demand it avoids: no excess, no bridge (the rule compared
+    0 >= 0 and bridged every outage at once, a review found)."""
+    for age in (0.05, 1.0, 3.0):
+        assert _decide(down_for=age, slack=30.0, overhead=0.0)[2] == WAIT
 
 
 def test_a_bridge_is_held_until_spot_is_back() -> None:
