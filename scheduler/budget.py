@@ -110,12 +110,18 @@ def status(rule: BudgetRule, spends: Sequence[Spend], now: datetime) -> BudgetSt
 
 
 def max_affordable_price(
-    statuses: Iterable[BudgetStatus], job_name: str, team: str, hold_hours: float
+    statuses: Iterable[BudgetStatus],
+    job_name: str,
+    team: str,
+    hold_hours: float,
+    count_burn: bool = True,
 ) -> tuple[float | None, str]:
     """Highest $/h a new attempt may cost so every hard budget covering it survives `hold_hours`.
 
     `hold_hours` is one accrual interval plus the time to stop (checkpoint) a job: the least time
-    a launched attempt will certainly be paid for before the daemon can react.
+    a launched attempt will certainly be paid for before the daemon can react. Without
+    `count_burn`, the headroom other running attempts reserve is counted as free (it frees up
+    when they end): what the budget could pay from what is left of it alone.
     Returns (None, "") when no hard budget applies.
     """
     best: float | None = None
@@ -123,7 +129,8 @@ def max_affordable_price(
     for st in statuses:
         if not st.rule.hard or not st.rule.applies_to(job_name, team):
             continue
-        room = st.rule.limit_usd - st.spent - st.burn_per_hour * hold_hours
+        burn = st.burn_per_hour if count_burn else 0.0
+        room = st.rule.limit_usd - st.spent - burn * hold_hours
         price = max(0.0, room) / hold_hours
         if best is None or price < best:
             best, name = price, st.rule.name

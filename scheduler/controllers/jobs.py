@@ -160,6 +160,16 @@ class _LiveUpdate:
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """A waiting job that a hard budget cannot pay from what is left of it: held under it."""
+
+    job_id: str
+    budget: str
+    reason: str
+    at: datetime
+
+
 @dataclass
 class _Writes:
     """What a pass has decided but not yet written, flushed every WRITE_BATCH jobs."""
@@ -167,15 +177,17 @@ class _Writes:
     intents: list[_Intent] = field(default_factory=list)
     explains: list[tuple[str, str, datetime]] = field(default_factory=list)
     live: list[_LiveUpdate] = field(default_factory=list)
+    holds: list[_Hold] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.intents) + len(self.explains) + len(self.live)
+        return len(self.intents) + len(self.explains) + len(self.live) + len(self.holds)
 
     def job_ids(self) -> list[str]:
         return (
             [i.job_id for i in self.intents]
             + [j for j, _, _ in self.explains]
             + [u.job_id for u in self.live]
+            + [h.job_id for h in self.holds]
         )
 
     def one_by_one(self) -> Iterable[tuple[str, _Writes]]:
@@ -185,6 +197,8 @@ class _Writes:
             yield x[0], _Writes(explains=[x])
         for u in self.live:
             yield u.job_id, _Writes(live=[u])
+        for h in self.holds:
+            yield h.job_id, _Writes(holds=[h])
 
 
 class JobController:
@@ -401,6 +415,7 @@ class JobController:
         events: list[dict[str, Any]] = []
         with self.db.write() as s:
             others = [j for j, _, _ in writes.explains] + [u.job_id for u in writes.live]
+            others += [h.job_id for h in writes.holds]
             jobs = load_by_id(s, Job, others)
             attempts = load_by_id(s, Attempt, [u.attempt_id for u in writes.live])
             if writes.intents:
@@ -431,6 +446,8 @@ class JobController:
                     fresh.reason, fresh.updated_at = reason, at
                     s.add(fresh)
                     events.append(event(at, "waiting", reason, job_id=job_id))
+            if writes.holds:
+                self._write_holds(s, writes.holds, jobs, events)
             if made:
                 jt = table_of(Job)
                 s.execute(
@@ -896,6 +913,11 @@ class JobController:
             ctx = advice.context
         decision = place(req, facts.catalog, ctx, facts.memo)
         if decision.offering is None:
+            budget = self._budget_hold(job, req, ctx, facts)
+            if budget is not None:
+                why = f"{decision.reason}; held until budget '{budget}' has a new window or limit"
+                writes.holds.append(_Hold(job.id, budget, why, now))
+                return
             self._explain(job, decision.reason, now, writes)
             return
         o = decision.offering
@@ -909,6 +931,53 @@ class JobController:
             else st
             for st in facts.statuses
         ]
+
+    def _write_holds(
+        self, s: Session, holds: list[_Hold], jobs: dict[str, Job], events: list[dict[str, Any]]
+    ) -> None:
+        """HELD under the budget, with its window and limit (released, as a budget stop's
+        hold is, when the window resets or the limit is raised), if the job still waits."""
+        rules = {r.name: r for r in self._config().budget_rules()}
+        busy = live_job_ids(s, [h.job_id for h in holds])
+        for h in holds:
+            job, rule = jobs.get(h.job_id), rules.get(h.budget)
+            if job is None or rule is None or h.job_id in busy:
+                continue
+            if job.state not in (JobState.PENDING, JobState.RECOVERING):
+                continue
+            job.state, job.reason, job.updated_at = JobState.HELD, h.reason, h.at
+            job.held_budget = rule.name
+            job.held_window_start = budgets.window_start(rule.window, h.at)
+            job.held_limit_usd = rule.limit_usd
+            s.add(job)
+            events.append(event(h.at, "held", h.reason, job_id=job.id, level="warning"))
+
+    def _budget_hold(
+        self, job: Job, req: Requirements, ctx: PlacementContext, facts: PassFacts
+    ) -> str | None:
+        """The hard budget to hold a job under that it cannot pay from what is left of it,
+        None if the job should wait instead: another job's reserved burn is what blocks
+        (it frees up when that job ends), or something besides the budget does. A waiting
+        job was left waiting forever in a total window (the kill -9 campaign found one,
+        RECOVERING after its attempt was lost with most of the budget spent)."""
+        if ctx.max_affordable_price is None:
+            return None
+        cap, name = budgets.max_affordable_price(
+            facts.statuses, job.name, job.team, facts.hold_hours, count_burn=False
+        )
+        if cap is None:
+            return None
+        cat, memo = facts.catalog, facts.memo
+        # any adequate offering the remainder could pay: in any market (a deadline policy
+        # may ask for on-demand now, spot later) and in pools now backing off
+        anywhere = replace(
+            ctx, markets=None, spot_zones=None, unavailable={}, avoid_pools=frozenset()
+        )
+        if place(req, cat, replace(anywhere, max_affordable_price=cap), memo).placed:
+            return None
+        if not place(req, cat, replace(ctx, max_affordable_price=None), memo).placed:
+            return None
+        return name
 
     @staticmethod
     def _explain(job: Job, reason: str, now: datetime, writes: _Writes) -> None:

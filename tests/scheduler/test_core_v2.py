@@ -441,7 +441,8 @@ def test_team_names_differing_by_case_share_one_budget(make_world):
     jid = w.submit(gpus="V100:1", team="Research")
     w.tick()
     job = w.job(jid)
-    assert job.team == "research" and job.state is JobState.PENDING
+    # held by the team's budget (it cannot pay one accrual interval of any offering)
+    assert job.team == "research" and job.state is JobState.HELD and job.held_budget == "r"
     assert "budget 'r'" in job.reason
 
 

@@ -152,11 +152,14 @@ def test_hard_budget_holds_job_and_is_never_overrun(make_world):
 
 
 def test_budget_headroom_blocks_launch(make_world):
+    """A budget that cannot pay one accrual interval of any offering holds the job until its
+    window resets or its limit is raised (it waited PENDING before; in a total window, for
+    ever)."""
     w = make_world(budgets=[{"name": "tiny", "limit_usd": 0.001, "window": "day"}])
     jid = w.submit(gpus="V100:1")
     w.tick()
     job = w.job(jid)
-    assert job.state is JobState.PENDING and "budget 'tiny'" in job.reason
+    assert job.state is JobState.HELD and "budget 'tiny'" in job.reason
     assert w.provider.launch_calls == 0
 
 
@@ -308,6 +311,85 @@ def test_held_job_released_when_limit_raised(make_world):
     job = w.job(jid)
     assert job.state is JobState.RUNNING and len(w.attempts(jid)) == 2
     assert [e.kind for e in w.events("released")] == ["released"]
+
+
+def test_a_waiting_job_its_budget_can_no_longer_pay_is_held_not_left_waiting(make_world):
+    """One job spends a total budget down and is held; another job of the team waited on it
+    for ever ("budget 'team' cannot pay $0.90/h for one accrual interval"): a total window
+    never resets. The kill -9 campaign found such a job RECOVERING at the end. It is held
+    under the budget now, and released with the first job when the limit is raised."""
+    from scheduler.config import BudgetSettings
+
+    budget = {"name": "team", "scope": "team:ml", "limit_usd": 0.02, "window": "total"}
+    w = make_world(budgets=[budget])
+    first = w.submit(name="first", gpus="V100:1", team="ml")
+    for _ in range(20):
+        w.tick(5)
+        if w.job(first).state is JobState.HELD:
+            break
+    assert w.job(first).state is JobState.HELD
+    second = w.submit(name="second", gpus="V100:1", team="ml")
+    w.tick()
+    job = w.job(second)
+    assert job.state is JobState.HELD and job.held_budget == "team"
+    assert "cannot pay $0.90/h" in job.reason and "held until budget 'team'" in job.reason
+    assert w.provider.launch_calls == 1  # the first job's only
+    w.tick(30, n=3)
+    assert w.job(second).state is JobState.HELD  # no churn at the limit
+    assert [e.job_id for e in w.events("held")] == [first, second]
+    w.rec.config = w.rec.config.model_copy(
+        update={"budgets": [BudgetSettings(**{**budget, "limit_usd": 5.0})]}
+    )
+    w.tick(30)
+    assert {w.job(j).state for j in (first, second)} == {JobState.RUNNING}
+
+
+def test_a_job_waiting_on_another_jobs_reserved_burn_is_not_held(make_world):
+    """The headroom a running job reserves frees up when it ends: the other job waits, and
+    launches then (a hold would wait for a new window or limit instead)."""
+    from scheduler.jobs import cancel
+    from tests.fakes import offering
+
+    w = make_world(
+        offerings=[offering("us-east-1a", price=40.0), offering("us-east-1b", price=40.0)],
+        budgets=[{"name": "cap", "limit_usd": 1.0, "window": "total"}],
+    )
+    a = w.submit(name="a", gpus="V100:1")
+    b = w.submit(name="b", gpus="V100:1")
+    w.tick()
+    running, waiting = (a, b) if w.job(a).state is JobState.RUNNING else (b, a)
+    assert w.job(waiting).state is JobState.PENDING and "budget 'cap'" in w.job(waiting).reason
+    cancel(w.rec.engine, running, w.clock.now())
+    w.tick(n=3)
+    assert w.job(waiting).state is JobState.RUNNING
+
+
+def test_a_job_whose_affordable_pool_is_backing_off_waits_for_it_not_held(make_world):
+    """Interrupted in the $0.90 pool, the job avoids it for a while; what is left of the
+    budget cannot pay the $2 pool but can pay the $0.90 one: it waits for the back-off, and
+    goes back there (a hold would wait for a new window or limit)."""
+    from providers.base import EndReason
+    from tests.fakes import offering
+
+    w = make_world(
+        offerings=[offering("us-east-1a", price=0.9), offering("us-east-1b", price=2.0)],
+        budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 0.175, "window": "total"}],
+    )
+    jid = w.submit(gpus="V100:1", team="ml")
+    w.tick()
+    (first,) = w.attempts(jid)
+    assert first.pool.startswith("aws/us-east-1a")
+    w.tick(600)
+    w.provider.end(first.instance_id, EndReason.INTERRUPTED)
+    w.tick()
+    assert w.job(jid).state is JobState.RECOVERING
+    for _ in range(40):  # the pool is avoided for avoid_after_interrupt (30 min)
+        w.tick(60)
+        assert w.job(jid).state is not JobState.HELD
+        if w.job(jid).state is JobState.RUNNING:
+            break
+    assert w.job(jid).state is JobState.RUNNING
+    assert w.attempts(jid)[-1].pool.startswith("aws/us-east-1a")
 
 
 @pytest.mark.slow
