@@ -344,26 +344,6 @@ def test_a_waiting_job_its_budget_can_no_longer_pay_is_held_not_left_waiting(mak
     assert {w.job(j).state for j in (first, second)} == {JobState.RUNNING}
 
 
-def test_a_job_waiting_on_another_jobs_reserved_burn_is_not_held(make_world):
-    """The headroom a running job reserves frees up when it ends: the other job waits, and
-    launches then (a hold would wait for a new window or limit instead)."""
-    from scheduler.jobs import cancel
-    from tests.fakes import offering
-
-    w = make_world(
-        offerings=[offering("us-east-1a", price=40.0), offering("us-east-1b", price=40.0)],
-        budgets=[{"name": "cap", "limit_usd": 1.0, "window": "total"}],
-    )
-    a = w.submit(name="a", gpus="V100:1")
-    b = w.submit(name="b", gpus="V100:1")
-    w.tick()
-    running, waiting = (a, b) if w.job(a).state is JobState.RUNNING else (b, a)
-    assert w.job(waiting).state is JobState.PENDING and "budget 'cap'" in w.job(waiting).reason
-    cancel(w.rec.engine, running, w.clock.now())
-    w.tick(n=3)
-    assert w.job(waiting).state is JobState.RUNNING
-
-
 def test_a_job_whose_affordable_pool_is_backing_off_waits_for_it_not_held(make_world):
     """Interrupted in the $0.90 pool, the job avoids it for a while; what is left of the
     budget cannot pay the $2 pool but can pay the $0.90 one: it waits for the back-off, and
@@ -426,22 +406,28 @@ def test_deadline_policy_moves_running_job_back_to_spot(make_world):
     assert len(w.attempts(jid)) == len(attempts)
 
 
-def test_two_jobs_in_one_pass_share_the_budget_headroom(make_world):
+@pytest.mark.parametrize("window", ["day", "total"])
+def test_two_jobs_in_one_pass_share_the_budget_headroom(make_world, window):
     # Each $40/h job must be affordable for the hold window (accrue 30 s + stop grace 30 s):
-    # one reserves $0.67 of the $1 budget, so the second must wait in the same pass.
+    # one reserves $0.67 of the $1 budget, so the second must wait in the same pass. It is
+    # not held (the headroom frees up when the first ends, in any window) and launches then.
+    from scheduler.jobs import cancel
     from tests.fakes import offering
 
     w = make_world(
         offerings=[offering("us-east-1a", price=40.0), offering("us-east-1b", price=40.0)],
-        budgets=[{"name": "cap", "limit_usd": 1.0, "window": "day"}],
+        budgets=[{"name": "cap", "limit_usd": 1.0, "window": window}],
     )
     a = w.submit(name="a", gpus="V100:1")
     b = w.submit(name="b", gpus="V100:1")
     w.tick()
     states = sorted([w.job(a).state.value, w.job(b).state.value])
     assert states == ["PENDING", "RUNNING"]
-    waiting = w.job(a) if w.job(a).state is JobState.PENDING else w.job(b)
-    assert "budget 'cap'" in waiting.reason
+    running, waiting = (a, b) if w.job(a).state is JobState.RUNNING else (b, a)
+    assert "budget 'cap'" in w.job(waiting).reason
+    cancel(w.rec.engine, running, w.clock.now())
+    w.tick(n=3)
+    assert w.job(waiting).state is JobState.RUNNING
 
 
 def test_the_leak_sweep_lists_the_clouds_once_a_minute_not_every_pass(make_world, monkeypatch):
