@@ -45,7 +45,12 @@ from scheduler.controllers.base import (
 )
 from scheduler.controllers.rows import CHUNK, live_job_ids, load_by_id, table_of
 from scheduler.controllers.rows import chunks as id_chunks
-from scheduler.controllers.spend import SpendController, request_stop, unaccrued_usd
+from scheduler.controllers.spend import (
+    SpendController,
+    hold_for_budget,
+    request_stop,
+    unaccrued_usd,
+)
 from scheduler.deadline import DeadlineAdvice, DeadlineJob, DeadlinePlanner, placement_of
 from scheduler.jobspec import JobSpec
 from scheduler.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, settle
@@ -945,10 +950,7 @@ class JobController:
                 continue
             if job.state not in (JobState.PENDING, JobState.RECOVERING):
                 continue
-            job.state, job.reason, job.updated_at = JobState.HELD, h.reason, h.at
-            job.held_budget = rule.name
-            job.held_window_start = budgets.window_start(rule.window, h.at)
-            job.held_limit_usd = rule.limit_usd
+            hold_for_budget(job, rule, h.reason, h.at)
             s.add(job)
             events.append(event(h.at, "held", h.reason, job_id=job.id, level="warning"))
 
@@ -968,14 +970,14 @@ class JobController:
         if cap is None:
             return None
         cat, memo = facts.catalog, facts.memo
+        if not place(req, cat, replace(ctx, max_affordable_price=None), memo).placed:
+            return None  # the budget is not what blocks (the cheap check, first)
         # any adequate offering the remainder could pay: in any market (a deadline policy
         # may ask for on-demand now, spot later) and in pools now backing off
         anywhere = replace(
             ctx, markets=None, spot_zones=None, unavailable={}, avoid_pools=frozenset()
         )
         if place(req, cat, replace(anywhere, max_affordable_price=cap), memo).placed:
-            return None
-        if not place(req, cat, replace(ctx, max_affordable_price=None), memo).placed:
             return None
         return name
 

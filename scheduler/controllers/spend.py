@@ -343,10 +343,7 @@ class SpendController:
             )
             request_stop(s, a, "budget", now)
             if not job.state.terminal:
-                job.state, job.reason, job.updated_at = JobState.HELD, why, now
-                job.held_budget = rule.name
-                job.held_window_start = budgets.window_start(rule.window, now)
-                job.held_limit_usd = rule.limit_usd
+                hold_for_budget(job, rule, why, now)
                 s.add(job)
             emit(
                 s,
@@ -425,6 +422,15 @@ def _buckets_since(
         ).all():
             out[(b.hour, b.attempt_id)] = b
     return out
+
+
+def hold_for_budget(job: Job, rule: budgets.BudgetRule, reason: str, now: datetime) -> None:
+    """HELD under `rule`, with the window and limit it was held in: the job is released when
+    the window resets or the limit is raised (JobController._hold_ends)."""
+    job.state, job.reason, job.updated_at = JobState.HELD, reason, now
+    job.held_budget = rule.name
+    job.held_window_start = budgets.window_start(rule.window, now)
+    job.held_limit_usd = rule.limit_usd
 
 
 def request_stop(s: Session, a: Attempt, reason: str, now: datetime) -> None:

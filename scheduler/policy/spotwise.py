@@ -52,7 +52,6 @@ from .base import EPS, ON_DEMAND, SPOT, WAIT, Action, ActionKind, Observation, P
 from .basic import GreedyPolicy
 from .learning import AvailabilityModel
 from .safety import (
-    PRICE_ENTER,
     can_leave_on_demand,
     can_wait,
     hedge_allows_idle,
@@ -315,7 +314,8 @@ class SpotwisePolicy(Policy):
         if not can_wait(obs):
             return ON_DEMAND
         above = s_launch - g >= reserve - EPS
-        if self._can_bridge(obs, spent) and (not above or self._rent_paid(obs)):
+        # _can_bridge (each down pool's outage history) only when a bridge is wanted
+        if (not above or self._rent_paid(obs)) and self._can_bridge(obs, spent):
             return ON_DEMAND
         return WAIT
 
@@ -431,10 +431,10 @@ class SpotwisePolicy(Policy):
         od = obs.on_demand_price
         best: tuple[str, float] | None = None
         age = math.inf
-        for zone, price in obs.spot_price.items():
-            if obs.spot_available.get(zone, False) or not math.isfinite(price):
-                continue
-            if price > PRICE_ENTER * od + EPS:
+        for zone in obs.spot_price:
+            # idle or on on-demand no zone is ours: price_ok applies the entry price (and
+            # refuses a pool never seen priced)
+            if obs.spot_available.get(zone, False) or not price_ok(obs, zone):
                 continue
             saving = od - self._rate_cost(obs, zone)
             if saving <= EPS:
