@@ -164,9 +164,17 @@ class AvailabilityModel:
     def outage_age(self, zone: str) -> float:
         """Hours `zone` has been down (0 if it is up or was never seen); for an outage
         already under way when first seen, the hours since then (a lower bound)."""
+        return self._age(zone, up=False)
+
+    def spell_age(self, zone: str) -> float:
+        """Hours `zone` has been up (0 if it is down or was never seen); a lower bound for a
+        spell already under way when first seen."""
+        return self._age(zone, up=True)
+
+    def _age(self, zone: str, up: bool) -> float:
         st = self.pools.get(zone)
         last = self.last_time
-        if st is None or st.last is not False or st.since is None or last is None:
+        if st is None or st.last is not up or st.since is None or last is None:
             return 0.0
         return max(0.0, last - st.since)
 

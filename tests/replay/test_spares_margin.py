@@ -1,0 +1,94 @@
+"""While the regret hedge's margin left pays for only a few failed launches, spotwise
+launches from idle only into a spell that has already lasted part of a restart
+(SpotwisePolicy._spares_margin): launching into every flicker spent the margin and the hedge
+then held the job on on-demand for good."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from scheduler.policy import SPOT, WAIT
+from scheduler.policy import spotwise as sw
+from scheduler.policy.safety import HEDGE_MARGIN, hedge_margin
+from scheduler.policy.spotwise import SpotwisePolicy
+from scheduler.replay.sim import Job, simulate
+from scheduler.replay.trace import Trace
+
+from .helpers import obs
+
+pytestmark = pytest.mark.timeout(30)
+
+OD, OVERHEAD, WORK = 3.0, 1.0, 24.0
+
+
+def _idle(
+    up_for: float,
+    spent: float,
+    slack: float = 20.0,
+    overhead: float = OVERHEAD,
+    price: float = 1.0,
+):
+    """Idle at elapsed 0 with pool `a` (`price` $/h) up for `up_for` hours, `spent` USD so
+    far, on 24 h of work."""
+    policy = SpotwisePolicy()
+    policy.model.update(-5.0, {"a": False})
+    policy.model.update(-up_for, {"a": True}, {"a": price})
+    now = obs(work=WORK, deadline=WORK + overhead + slack, overhead=overhead,
+              avail={"a": True}, prices={"a": price}, od=OD)  # fmt: skip
+    now = replace(now, spent=spent)
+    policy.observe(now)
+    return policy, now
+
+
+def test_a_young_spell_is_waited_on_only_while_the_margin_pays_for_few_failed_launches() -> None:
+    _, now = _idle(up_for=0.1, spent=0.0)
+    # the whole margin ($3.75) pays for under four failed $1 launches: too few
+    assert hedge_margin(now) < sw.MARGIN_LAUNCHES * 1.0 * OVERHEAD
+    assert SpotwisePolicy.decide(*_idle(up_for=0.1, spent=0.0)) == WAIT
+    # the spell has lasted half a restart: launch
+    assert SpotwisePolicy.decide(*_idle(up_for=0.5, spent=0.0)) == SPOT("a")
+    # a pool at $0.20/h: the margin pays for more than MARGIN_LAUNCHES failed launches
+    assert hedge_margin(now) > sw.MARGIN_LAUNCHES * 0.2 * OVERHEAD
+    assert SpotwisePolicy.decide(*_idle(up_for=0.1, spent=0.0, price=0.2)) == SPOT("a")
+    # ... until the job has spent most of it
+    spent = hedge_margin(now) - 2.0
+    assert SpotwisePolicy.decide(*_idle(up_for=0.1, spent=spent, price=0.2)) == WAIT
+
+
+def test_at_the_reserve_or_without_overhead_it_launches_whatever_the_spell() -> None:
+    policy, now = _idle(up_for=0.1, spent=0.0, slack=1.5)
+    assert now.slack_if_launch - now.tick_hours < policy._reserve(now)
+    assert policy.decide(now) == SPOT("a")
+    # no overhead: a launch cannot die inside it
+    assert SpotwisePolicy.decide(*_idle(up_for=0.0, spent=0.0, overhead=0.0)) == SPOT("a")
+
+
+def _flaky_then_calm() -> Trace:
+    """Pool `a` at $1/h (on-demand $3/h), 0.1 h ticks: 10 h of spells of 0.3 h (a 1 h
+    launch never finishes inside one), then up for good."""
+    n = 500
+    up = np.ones(n, bool)
+    for i in range(100):
+        up[i] = i % 5 < 3
+    return Trace(("us-west-2a",), 0.1, up[None, :], np.ones((1, n)), OD)
+
+
+def test_in_a_flaky_stretch_the_margin_outlasts_it_and_the_job_finishes_on_spot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = Job(WORK, 2.0 * WORK, OVERHEAD)
+    trace = _flaky_then_calm()
+    kept = simulate(trace, job, SpotwisePolicy())
+    monkeypatch.setattr(sw, "MARGIN_LAUNCHES", 0.0)  # the rule off
+    spent = simulate(trace, job, SpotwisePolicy())
+    assert kept.met_deadline and spent.met_deadline
+    # without the rule the flickers use the margin up and the hedge holds the job on
+    # on-demand; with it the job waits them out and runs the calm part on spot
+    assert spent.on_demand_hours > WORK / 2
+    assert kept.on_demand_hours == 0.0
+    assert kept.cost < 0.5 * spent.cost
+    # both within the hedge's bound
+    assert max(kept.cost, spent.cost) <= (1.0 + HEDGE_MARGIN) * OD * (WORK + OVERHEAD) + 1e-6
