@@ -149,7 +149,7 @@ class DeadlinePlanner:
         if action.kind is ActionKind.WAIT:
             return DeadlineAdvice(
                 None,
-                f"waiting for cheaper spot capacity: {slack:.1f} h of slack before the deadline "
+                f"{policy.wait_reason()}: {slack:.1f} h of slack before the deadline "
                 f"(policy {self.policy_name})",
                 action,
             )

@@ -133,3 +133,7 @@ class Policy:
 
     def decide(self, obs: Observation) -> Action:
         raise NotImplementedError
+
+    def wait_reason(self) -> str:
+        """Why the last `decide` waited, in a few words for the operator's status line."""
+        return "waiting for cheaper spot capacity"

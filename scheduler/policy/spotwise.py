@@ -146,6 +146,7 @@ class SpotwisePolicy(Policy):
         # after a restart from the restored model), so it need not be persisted
         self._verdicts: dict[tuple[tuple[str, ...], int], int] = {}
         self.rollouts = 0  # how many Monte Carlo evaluations ran (for the benchmark)
+        self._why: str | None = None  # why the last decision waited, when not the usual
 
     def reset(self) -> None:
         self._ledger = 0.0
@@ -208,6 +209,7 @@ class SpotwisePolicy(Policy):
 
     def decide(self, obs: Observation) -> Action:
         """The cost-seeking choice, then the price and regret guards; keeps the ledger."""
+        self._why = None
         obs = price_filtered(self._with_last_prices(obs))
         cur = obs.on_spot
         if cur is not None and not obs.spot_available.get(cur, False):
@@ -230,6 +232,9 @@ class SpotwisePolicy(Policy):
             price = obs.on_demand_price if act.kind is ActionKind.ON_DEMAND else 0.0
         self._ledger += price * obs.tick_hours
         return act
+
+    def wait_reason(self) -> str:
+        return self._why or super().wait_reason()
 
     def _with_last_prices(self, obs: Observation) -> Observation:
         """`obs` with each pool shown without a price (the daemon's pools without capacity)
@@ -348,7 +353,13 @@ class SpotwisePolicy(Policy):
         failed = obs.spot_price[zone] * max(o, obs.tick_hours)
         failed += obs.on_demand_price * obs.work_at_risk
         left = hedge_margin(obs) - regret_if_committed(obs, spent)
-        return left < MARGIN_LAUNCHES * failed
+        if left >= MARGIN_LAUNCHES * failed:
+            return False
+        self._why = (
+            f"waiting for spot in {zone} to stay up {SPELL_AGE * o * 60:.0f} min"
+            " (cost-guard margin low)"
+        )
+        return True
 
     def _switch_gain(self, obs: Observation, zone: str) -> float:
         """Expected $ saved by leaving on-demand for spot in `zone` now.

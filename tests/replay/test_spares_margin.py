@@ -48,6 +48,10 @@ def test_a_young_spell_is_waited_on_only_while_the_margin_pays_for_few_failed_la
     # the whole margin ($3.75) pays for under four failed $1 launches: too few
     assert hedge_margin(now) < sw.MARGIN_LAUNCHES * 1.0 * OVERHEAD
     assert SpotwisePolicy.decide(*_idle(up_for=0.1, spent=0.0)) == WAIT
+    # the operator is told why a job waits while spot is up
+    policy, now = _idle(up_for=0.1, spent=0.0)
+    policy.decide(now)
+    assert policy.wait_reason() == "waiting for spot in a to stay up 30 min (cost-guard margin low)"
     # the spell has lasted half a restart: launch
     assert SpotwisePolicy.decide(*_idle(up_for=0.5, spent=0.0)) == SPOT("a")
     # a pool at $0.20/h: the margin pays for more than MARGIN_LAUNCHES failed launches
@@ -62,6 +66,10 @@ def test_at_the_reserve_or_without_overhead_it_launches_whatever_the_spell() -> 
     policy, now = _idle(up_for=0.1, spent=0.0, slack=1.5)
     assert now.slack_if_launch - now.tick_hours < policy._reserve(now)
     assert policy.decide(now) == SPOT("a")
+    # a wait for another reason keeps the usual words
+    down = replace(now, spot_available={"a": False}, deadline=now.deadline + 20.0)
+    assert policy.decide(down) == WAIT
+    assert policy.wait_reason() == "waiting for cheaper spot capacity"
     # no overhead: a launch cannot die inside it
     assert SpotwisePolicy.decide(*_idle(up_for=0.0, spent=0.0, overhead=0.0)) == SPOT("a")
 

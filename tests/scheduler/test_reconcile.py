@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from providers.base import CapacityUnavailable, EndReason, FatalError, Throttled
@@ -277,6 +279,33 @@ def test_deadline_job_takes_spot_when_available(make_world):
     w.tick()
     (a,) = w.attempts(jid)
     assert a.market == "spot" and a.zone == "us-east-1a"
+
+
+def test_spotwise_waits_for_a_new_spot_spell_to_last_and_says_why(make_world):
+    """A short job with a 1 h restart: its cost guard's margin pays for few failed launches,
+    so spotwise lets a spot pool it has just seen come up stay up half a restart first."""
+    from tests.fakes import offering
+
+    w = make_world(
+        offerings=[
+            offering("us-east-1a", price=1.0),
+            offering("us-east-1a", price=3.06, market="on-demand"),
+        ],
+        policy={"deadline_policy": "spotwise", "restart_overhead": "1h"},
+        reconcile_interval="10m",
+    )
+    jid = w.submit(gpus="V100:1", gpu_hours=12, deadline="24h")
+    w.tick()
+    job = w.job(jid)
+    assert job.state is JobState.PENDING and w.provider.launch_calls == 0
+    assert "waiting for spot in us-east-1a to stay up 30 min (cost-guard margin low)" in job.reason
+    for _ in range(6):
+        w.tick(600)
+        if w.attempts(jid):
+            break
+    (a,) = w.attempts(jid)
+    assert a.market == "spot" and a.zone == "us-east-1a"
+    assert a.created_at >= job.created_at + timedelta(minutes=30)
 
 
 def test_bad_deadline_policy_rejected():
