@@ -25,6 +25,9 @@ waiting and by restarts. Spend it where it buys most:
   (SPELL_AGE) and wait out younger ones above the reserve: in a flaky stretch every launch
   that dies inside its overhead spends margin, and once it is gone the hedge keeps the job
   on on-demand for good (_spares_margin);
+- a spot spell is expected to last its learned mean, and, for a pool up now unless the
+  deadline is tight, at least as long as it has already lasted (spells are heavy-tailed:
+  _spell_hours);
 - among pools, rank by price inflated by expected interruption losses plus the one-off
   launch cost spread over the expected run; wait for a clearly cheaper pool only when there
   is spare slack for the expected wait.
@@ -127,6 +130,11 @@ MARGIN_LAUNCHES = 12.0
 SPELL_AGE = 0.5
 
 
+def _initial_share(obs: Observation) -> float:
+    """The job's initial slack (after one restart) per hour of work."""
+    return (obs.deadline - obs.work_total - obs.restart_overhead) / obs.work_total
+
+
 def pace_share(spare: float) -> float:
     """Share of the initial slack paced over the work, for `spare` hours of initial slack
     per hour of work: PACE when the slack is ample, 1 (UP's line) when it is tight."""
@@ -164,9 +172,22 @@ class SpotwisePolicy(Policy):
 
     # ---- estimates -------------------------------------------------------------------
 
-    def _expected_run(self, zone: str, work: float) -> float:
+    def _expected_run(self, obs: Observation, zone: str) -> float:
+        return max(min(obs.remaining_work, self._spell_hours(obs, zone)), EPS)
+
+    def _spell_hours(self, obs: Observation, zone: str) -> float:
+        """Expected hours a spot spell in `zone` lasts: 1 / its loss rate, but for a pool up
+        now, unless the deadline is tight, at least as long as this spell has lasted. Spells
+        are heavy-tailed, like outages: after a flaky stretch the rate, learned with a day's
+        half-life, kept calling a pool that had been up for hours "lost within the hour", and
+        a job at its reserve stayed on on-demand beside it. A tight deadline (initial slack
+        under TIGHT_HI x the work) cannot afford the restart a wrong bet costs, so it keeps
+        to the rate."""
         lam, _ = self.model.rates(zone)
-        return max(min(work, 1.0 / lam), EPS)
+        spell = 1.0 / lam
+        if _initial_share(obs) >= TIGHT_HI:
+            spell = max(spell, self.model.spell_age(zone))
+        return spell
 
     def _rate_cost(self, obs: Observation, zone: str) -> float:
         """$ per hour of work on `zone`, counting restarts its interruptions will cause."""
@@ -178,7 +199,7 @@ class SpotwisePolicy(Policy):
 
     def _score(self, obs: Observation, zone: str) -> float:
         """$ per hour of work if we launch `zone` now."""
-        run = self._expected_run(zone, obs.remaining_work)
+        run = self._expected_run(obs, zone)
         return self._rate_cost(obs, zone) + self._launch_cost(obs, zone) / run
 
     def _fallback_factor(self, obs: Observation) -> float:
@@ -200,8 +221,7 @@ class SpotwisePolicy(Policy):
         best = min(zones, key=lambda z: self._rate_cost(obs, z))
         lam, _ = self.model.rates(best)
         restarts = obs.expected_loss_per_interruption * self._fallback_factor(obs) * lam
-        initial = obs.deadline - obs.work_total - obs.restart_overhead
-        share = initial / obs.work_total
+        share = _initial_share(obs)
         pace = min(pace_share(share) * share, PACE_CAP * restarts)
         return max(RESTART_RESERVE * restarts, pace)
 
@@ -292,7 +312,7 @@ class SpotwisePolicy(Policy):
         )  # fmt: skip
 
     def _choose(self, obs: Observation, spent: float) -> Action:
-        o, g, w = obs.restart_overhead, obs.tick_hours, obs.remaining_work
+        o, g = obs.restart_overhead, obs.tick_hours
         s_launch = obs.slack_if_launch
         reserve = self._reserve(obs)
         safe = [z for z in obs.available_zones() if z in obs.spot_price and spot_is_safe(obs, z)]
@@ -304,7 +324,7 @@ class SpotwisePolicy(Policy):
                 return ON_DEMAND if s_launch >= -EPS else SPOT(cur)
             if best is not None and best != cur and s_launch - o >= reserve:
                 gain = (self._rate_cost(obs, cur) - self._rate_cost(obs, best)) * (
-                    self._expected_run(best, w)
+                    self._expected_run(obs, best)
                 )
                 if gain > self._launch_cost(obs, best) + self._slack_value(obs, best) * o:
                     return SPOT(best)
@@ -389,7 +409,7 @@ class SpotwisePolicy(Policy):
         sv = self._slack_value(obs, zone) * o
         fixed = od * o + obs.migration_cost.get(zone, 0.0) + sv
         back = (back_price * o + sv) / self._chain_spells(obs, lam, ff)
-        return od - rate, 1.0 / lam, fixed, back
+        return od - rate, self._spell_hours(obs, zone), fixed, back
 
     def _chain_spells(self, obs: Observation, lam: float, fallback: float) -> float:
         """Spot spells expected from one switch before the job is back on on-demand: one,
@@ -461,7 +481,7 @@ class SpotwisePolicy(Policy):
         o = obs.restart_overhead
         if o <= EPS:
             return 1.0
-        run = self._expected_run(zone, obs.remaining_work)
+        run = self._expected_run(obs, zone)
         need = obs.remaining_work / run * o
         return max(1.0, min(run / o, need / max(obs.slack_if_launch, o)))
 
@@ -506,7 +526,6 @@ class SpotwisePolicy(Policy):
     def _worth_waiting_for(self, obs: Observation, best: str, spare: float) -> str | None:
         """A clearly cheaper pool that is down now but expected back well within the spare
         slack (the slack above the reserve)."""
-        w = obs.remaining_work
         best_score = self._score(obs, best)
         for zone in sorted(obs.spot_price, key=lambda z: self._rate_cost(obs, z)):
             if obs.spot_available.get(zone, False):
@@ -516,7 +535,7 @@ class SpotwisePolicy(Policy):
             if spare - obs.tick_hours < 2.0 * wait:
                 continue
             # Slack above the reserve is free to spend: any clear saving is worth the wait.
-            saving = (best_score - self._score(obs, zone)) * min(w, self._expected_run(zone, w))
+            saving = (best_score - self._score(obs, zone)) * self._expected_run(obs, zone)
             if saving > self._launch_cost(obs, zone):
                 return zone
         return None

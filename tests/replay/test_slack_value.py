@@ -32,7 +32,7 @@ def test_short_slack_is_worth_what_it_still_buys_and_no_more_than_a_run() -> Non
     policy = SpotwisePolicy()
     now = _on_demand(slack=1.5)
     per_hour = now.on_demand_price - policy._rate_cost(now, "a")
-    run = policy._expected_run("a", now.remaining_work)
+    run = policy._expected_run(now, "a")
     value = policy._slack_value(now, "a")
     assert value == pytest.approx(per_hour * (now.remaining_work / run) / 1.5)
     assert per_hour < value <= per_hour * run / now.restart_overhead

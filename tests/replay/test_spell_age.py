@@ -1,0 +1,66 @@
+"""A spot spell that has lasted is expected to last longer (SpotwisePolicy._spell_hours):
+after a flaky stretch the learned loss rate alone kept a job on on-demand beside a pool that
+had been up for hours."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.policy import ON_DEMAND, SPOT
+from scheduler.policy.spotwise import TIGHT_HI, SpotwisePolicy
+
+from .helpers import obs
+
+pytestmark = pytest.mark.timeout(30)
+
+WORK = 40.0
+
+
+def _seen(up_for: float) -> SpotwisePolicy:
+    """Two days of pool `a` ($0.50/h) flickering (up 0.3 h, down 0.2 h), then up for
+    `up_for` hours until now."""
+    policy = SpotwisePolicy()
+    t = -48.0
+    while t < -up_for:
+        policy.model.update(t, {"a": True}, {"a": 0.5})
+        t += 0.3
+        policy.model.update(t, {"a": False})
+        t += 0.2
+    policy.model.update(-up_for, {"a": True}, {"a": 0.5})
+    return policy
+
+
+def _on_demand(up_for: float, slack: float):
+    """On on-demand ($3/h) with 40 h of work left, a 1 h restart and `slack` hours to spare."""
+    policy = _seen(up_for)
+    now = obs(work=WORK, deadline=WORK + 1.0 + slack, overhead=1.0, placement=ON_DEMAND,
+              prices={"a": 0.5}, od=3.0)  # fmt: skip
+    policy.observe(now)
+    return policy, now
+
+
+def test_a_pool_up_for_hours_after_a_flaky_stretch_is_worth_leaving_on_demand_for() -> None:
+    policy, now = _on_demand(up_for=8.0, slack=10.0)
+    lam, _ = policy.model.rates("a")
+    assert 1.0 / lam < 1.0  # the rate still says spells of half an hour
+    assert policy._spell_hours(now, "a") == pytest.approx(8.0)
+    assert policy.decide(now) == SPOT("a")
+    # a spell just begun, or two hours old, is not yet enough to pay a 1 h restart
+    for up_for in (0.0, 2.0):
+        assert SpotwisePolicy.decide(*_on_demand(up_for, slack=10.0)) == ON_DEMAND
+
+
+def test_a_tight_deadline_keeps_to_the_learned_rate() -> None:
+    slack = 5.0
+    assert slack / WORK < TIGHT_HI
+    policy, now = _on_demand(up_for=8.0, slack=slack)
+    lam, _ = policy.model.rates("a")
+    assert policy._spell_hours(now, "a") == pytest.approx(1.0 / lam)
+    assert policy.decide(now) == ON_DEMAND
+
+
+def test_a_pool_that_is_down_has_no_spell_to_count() -> None:
+    policy, now = _on_demand(up_for=8.0, slack=10.0)
+    policy.model.update(0.5, {"a": False})
+    lam, _ = policy.model.rates("a")
+    assert policy._spell_hours(now, "a") == pytest.approx(1.0 / lam)
