@@ -171,6 +171,12 @@ class AvailabilityModel:
         spell already under way when first seen."""
         return self._age(zone, up=True)
 
+    def saw_begin(self, zone: str) -> bool:
+        """Whether the current state of `zone` (up or down) was seen to begin, so its age is
+        known, not just bounded from below."""
+        st = self.pools.get(zone)
+        return st is not None and st.since_seen
+
     def _age(self, zone: str, up: bool) -> float:
         st = self.pools.get(zone)
         last = self.last_time

@@ -130,6 +130,13 @@ MARGIN_LAUNCHES = 12.0
 SPELL_AGE = 0.5
 
 
+def _span(hours: float) -> str:
+    """A short duration for the operator: seconds, minutes or hours."""
+    if hours < 1.0 / 60.0:
+        return f"{hours * 3600:.0f} s"
+    return f"{hours * 60:.0f} min" if hours < 1.0 else f"{hours:.1f} h"
+
+
 def _initial_share(obs: Observation) -> float:
     """The job's initial slack (after one restart) per hour of work."""
     return (obs.deadline - obs.work_total - obs.restart_overhead) / obs.work_total
@@ -244,6 +251,8 @@ class SpotwisePolicy(Policy):
             act = SPOT(act.zone or "") if obs.slack_if_launch < -EPS and obs.on_spot else ON_DEMAND
         elif act.kind is ActionKind.WAIT and obs.on_demand and not self._may_leave(obs, spent):
             act = ON_DEMAND
+        if act.kind is not ActionKind.WAIT:
+            self._why = None
         if act.kind is ActionKind.SPOT:
             price = obs.spot_price.get(act.zone or "", 0.0)
             if act != obs.placement:
@@ -363,20 +372,24 @@ class SpotwisePolicy(Policy):
         """Wait for the spell in `zone` to last SPELL_AGE x the overhead before launching
         into it, because the hedge's margin is nearly spent: a launch that dies inside its
         overhead bills it without progress, and with the margin gone the hedge allows no
-        spot at all. Only with slack above the reserve to wait on; with no overhead a
+        spot at all. Only for a spell the job saw begin, with slack above the reserve to
+        wait on, and while the hedge would allow the launch at all; with no overhead a
         launch cannot die inside it."""
         if not can_wait(obs) or obs.slack_if_launch - obs.tick_hours < reserve:
             return False
-        o = obs.restart_overhead
-        if self.model.spell_age(zone) >= SPELL_AGE * o:
+        need, age = SPELL_AGE * obs.restart_overhead, self.model.spell_age(zone)
+        if age >= need - EPS or not self.model.saw_begin(zone):
+            # old enough; or a spell already under way at the job's first look: in the
+            # bench, with a week of history, only spells older than the week are
             return False
-        failed = obs.spot_price[zone] * max(o, obs.tick_hours)
+        failed = obs.spot_price[zone] * max(obs.restart_overhead, obs.tick_hours)
         failed += obs.on_demand_price * obs.work_at_risk
         left = hedge_margin(obs) - regret_if_committed(obs, spent)
-        if left >= MARGIN_LAUNCHES * failed:
+        if left >= MARGIN_LAUNCHES * failed or not hedge_allows_spot(obs, zone, spent):
+            # margin to spare; or none even for this launch, which no wait would change
             return False
         self._why = (
-            f"waiting for spot in {zone} to stay up {SPELL_AGE * o * 60:.0f} min"
+            f"waiting for spot in {zone} to stay up {_span(need)}, up {_span(age)} so far"
             " (cost-guard margin low)"
         )
         return True

@@ -10,9 +10,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scheduler.policy import SPOT, WAIT
+from scheduler.policy import ON_DEMAND, SPOT, WAIT
 from scheduler.policy import spotwise as sw
-from scheduler.policy.safety import HEDGE_MARGIN, hedge_margin
+from scheduler.policy.safety import HEDGE_MARGIN, hedge_allows_spot, hedge_margin
 from scheduler.policy.spotwise import SpotwisePolicy
 from scheduler.replay.sim import Job, simulate
 from scheduler.replay.trace import Trace
@@ -51,7 +51,9 @@ def test_a_young_spell_is_waited_on_only_while_the_margin_pays_for_few_failed_la
     # the operator is told why a job waits while spot is up
     policy, now = _idle(up_for=0.1, spent=0.0)
     policy.decide(now)
-    assert policy.wait_reason() == "waiting for spot in a to stay up 30 min (cost-guard margin low)"
+    assert policy.wait_reason() == (
+        "waiting for spot in a to stay up 30 min, up 6 min so far (cost-guard margin low)"
+    )
     # the spell has lasted half a restart: launch
     assert SpotwisePolicy.decide(*_idle(up_for=0.5, spent=0.0)) == SPOT("a")
     # a pool at $0.20/h: the margin pays for more than MARGIN_LAUNCHES failed launches
@@ -62,16 +64,46 @@ def test_a_young_spell_is_waited_on_only_while_the_margin_pays_for_few_failed_la
     assert SpotwisePolicy.decide(*_idle(up_for=0.1, spent=spent, price=0.2)) == WAIT
 
 
+def test_a_spell_already_under_way_at_the_first_look_is_launched_into() -> None:
+    """Its age is unknown (in the bench, with a week of history, such a spell is older than
+    the week): the daemon's new job launches as it did before the rule."""
+    policy = SpotwisePolicy()
+    now = obs(work=WORK, deadline=WORK + OVERHEAD + 20.0, overhead=OVERHEAD, od=OD)
+    policy.observe(now)
+    assert not policy.model.saw_begin("a")
+    assert hedge_margin(now) < sw.MARGIN_LAUNCHES * 1.0 * OVERHEAD
+    assert policy.decide(now) == SPOT("a")
+
+
+def test_no_wait_for_a_launch_the_hedge_refuses_anyway() -> None:
+    """With less margin left than one failed launch, the hedge allows no spot however long
+    the spell lasts: waiting would only burn slack (and promise spot in the status)."""
+    _, now = _idle(up_for=0.1, spent=0.0)
+    policy, now = _idle(up_for=0.1, spent=hedge_margin(now) - 0.5)
+    assert not hedge_allows_spot(now, "a", now.spent or 0.0)
+    assert policy.decide(now) == ON_DEMAND
+
+
 def test_at_the_reserve_or_without_overhead_it_launches_whatever_the_spell() -> None:
     policy, now = _idle(up_for=0.1, spent=0.0, slack=1.5)
     assert now.slack_if_launch - now.tick_hours < policy._reserve(now)
     assert policy.decide(now) == SPOT("a")
-    # a wait for another reason keeps the usual words
-    down = replace(now, spot_available={"a": False}, deadline=now.deadline + 20.0)
+    # no overhead: a launch cannot die inside it (the margin left pays for fewer than
+    # MARGIN_LAUNCHES failed ticks, so only the spell's age could make it wait)
+    _, now = _idle(up_for=0.0, spent=0.0, overhead=0.0)
+    spent = hedge_margin(now) - 0.6
+    assert sw.MARGIN_LAUNCHES * 1.0 * now.tick_hours > 0.6
+    assert SpotwisePolicy.decide(*_idle(up_for=0.0, spent=spent, overhead=0.0)) == SPOT("a")
+
+
+def test_a_wait_for_another_reason_keeps_the_usual_words() -> None:
+    policy, now = _idle(up_for=0.1, spent=0.0)
+    assert policy.decide(now) == WAIT
+    assert "cost-guard margin low" in policy.wait_reason()
+    down = replace(now, spot_available={"a": False}, elapsed=0.1, deadline=now.deadline + 20.0)
+    policy.observe(down)
     assert policy.decide(down) == WAIT
     assert policy.wait_reason() == "waiting for cheaper spot capacity"
-    # no overhead: a launch cannot die inside it
-    assert SpotwisePolicy.decide(*_idle(up_for=0.0, spent=0.0, overhead=0.0)) == SPOT("a")
 
 
 def _flaky_then_calm() -> Trace:

@@ -62,5 +62,7 @@ def test_a_tight_deadline_keeps_to_the_learned_rate() -> None:
 def test_a_pool_that_is_down_has_no_spell_to_count() -> None:
     policy, now = _on_demand(up_for=8.0, slack=10.0)
     policy.model.update(0.5, {"a": False})
+    policy.model.update(3.0, {"a": False})  # down for 2.5 h: an outage's age, not a spell's
     lam, _ = policy.model.rates("a")
+    assert 1.0 / lam < 2.5
     assert policy._spell_hours(now, "a") == pytest.approx(1.0 / lam)

@@ -282,30 +282,46 @@ def test_deadline_job_takes_spot_when_available(make_world):
 
 
 def test_spotwise_waits_for_a_new_spot_spell_to_last_and_says_why(make_world):
-    """A short job with a 1 h restart: its cost guard's margin pays for few failed launches,
-    so spotwise lets a spot pool it has just seen come up stay up half a restart first."""
+    """A short job with a 1 h restart: its cost guard's margin pays for few failed launches.
+    Spot already up at its first look is launched into at once (its age is unknown); once
+    interrupted, spotwise lets the spell it sees begin stay up half a restart first."""
+    from providers.base import EndReason
     from tests.fakes import offering
 
+    spot = offering("us-east-1a", price=1.0)
+    od = offering("us-east-1a", price=3.06, market="on-demand")
     w = make_world(
-        offerings=[
-            offering("us-east-1a", price=1.0),
-            offering("us-east-1a", price=3.06, market="on-demand"),
-        ],
+        offerings=[spot, od],
         policy={"deadline_policy": "spotwise", "restart_overhead": "1h"},
         reconcile_interval="10m",
     )
     jid = w.submit(gpus="V100:1", gpu_hours=12, deadline="24h")
     w.tick()
+    (first,) = w.attempts(jid)
+    assert first.market == "spot"
+    w.clock.advance(600)
+    w.provider.set_offerings([od])  # the pool loses its capacity
+    w.provider.end(first.instance_id, EndReason.INTERRUPTED)
+    w.tick(1)
+    w.tick(600)
+    assert len(w.attempts(jid)) == 1 and w.job(jid).state is JobState.RECOVERING
+    w.provider.set_offerings([spot, od])  # and gets it back
+    wait = "waiting for spot in us-east-1a to stay up 30 min, up 0 s so far"
+    for _ in range(3):  # the catalog sees it on its next refresh
+        w.tick(600)
+        if wait in w.job(jid).reason:
+            break
     job = w.job(jid)
-    assert job.state is JobState.PENDING and w.provider.launch_calls == 0
-    assert "waiting for spot in us-east-1a to stay up 30 min (cost-guard margin low)" in job.reason
+    assert job.state is JobState.RECOVERING and len(w.attempts(jid)) == 1
+    assert wait in job.reason
+    back = w.clock.now()
     for _ in range(6):
         w.tick(600)
-        if w.attempts(jid):
+        if len(w.attempts(jid)) > 1:
             break
-    (a,) = w.attempts(jid)
-    assert a.market == "spot" and a.zone == "us-east-1a"
-    assert a.created_at >= job.created_at + timedelta(minutes=30)
+    second = w.attempts(jid)[-1]
+    assert second.market == "spot" and second.zone == "us-east-1a"
+    assert second.created_at >= back + timedelta(minutes=30)
 
 
 def test_bad_deadline_policy_rejected():
