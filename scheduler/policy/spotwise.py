@@ -27,7 +27,7 @@ waiting and by restarts. Spend it where it buys most:
   on on-demand for good (_spares_margin);
 - a spot spell is expected to last its learned mean, and, for a pool up now unless the
   deadline is tight, at least as long as it has already lasted (spells are heavy-tailed:
-  _spell_hours);
+  _spell_hours), and the interruptions priced into its rate are one per expected spell;
 - among pools, rank by price inflated by expected interruption losses plus the one-off
   launch cost spread over the expected run; wait for a clearly cheaper pool only when there
   is spare slack for the expected wait.
@@ -197,9 +197,10 @@ class SpotwisePolicy(Policy):
         return spell
 
     def _rate_cost(self, obs: Observation, zone: str) -> float:
-        """$ per hour of work on `zone`, counting restarts its interruptions will cause."""
-        lam, _ = self.model.rates(zone)
-        return obs.spot_price[zone] * (1.0 + lam * obs.expected_loss_per_interruption)
+        """$ per hour of work on `zone`, counting restarts its interruptions will cause (one
+        per expected spell, _spell_hours)."""
+        loss = obs.expected_loss_per_interruption / self._spell_hours(obs, zone)
+        return obs.spot_price[zone] * (1.0 + loss)
 
     def _launch_cost(self, obs: Observation, zone: str) -> float:
         return obs.restart_overhead * obs.spot_price[zone] + obs.migration_cost.get(zone, 0.0)

@@ -44,6 +44,8 @@ def test_a_pool_up_for_hours_after_a_flaky_stretch_is_worth_leaving_on_demand_fo
     lam, _ = policy.model.rates("a")
     assert 1.0 / lam < 1.0  # the rate still says spells of half an hour
     assert policy._spell_hours(now, "a") == pytest.approx(8.0)
+    # its rate counts one interruption (a 1 h restart) per expected spell, not per 1 / lam
+    assert policy._rate_cost(now, "a") == pytest.approx(0.5 * (1.0 + 1.0 / 8.0))
     assert policy.decide(now) == SPOT("a")
     # a spell just begun, or two hours old, is not yet enough to pay a 1 h restart
     for up_for in (0.0, 2.0):
@@ -56,6 +58,7 @@ def test_a_tight_deadline_keeps_to_the_learned_rate() -> None:
     policy, now = _on_demand(up_for=8.0, slack=slack)
     lam, _ = policy.model.rates("a")
     assert policy._spell_hours(now, "a") == pytest.approx(1.0 / lam)
+    assert policy._rate_cost(now, "a") == pytest.approx(0.5 * (1.0 + lam))
     assert policy.decide(now) == ON_DEMAND
 
 
