@@ -76,15 +76,23 @@ class DeadlinePlanner:
             out["ledger"] = policy._ledger  # type: ignore[attr-defined]
         return out
 
-    def restore(self, job_id: str, state: dict[str, Any]) -> None:
+    def restore(self, job_id: str, state: dict[str, Any], unseen_hours: float = 0.0) -> None:
         """Recreate this job's policy from `state` (what `state` returned, possibly in an
-        earlier process): a restart or SIGHUP must not throw away what it learned."""
+        earlier process): a restart or SIGHUP must not throw away what it learned.
+
+        `unseen_hours` is how long ago the state was saved. Past two decision ticks the
+        daemon was down: whether each pool stayed as it was is unknown, so the current
+        spell's or outage's age restarts at the next look (a lower bound), instead of
+        counting the hours nobody watched as part of it."""
         policy = get_policy(self.policy_name)
         self._zones[job_id] = set(state.get("zones", ()))
         model = getattr(policy, "model", None)
         if isinstance(model, AvailabilityModel) and "pools" in state:
             model.pools = {z: PoolStats(**st) for z, st in state["pools"].items()}
             model.last_time = state.get("last_time")
+            if unseen_hours > 2.0 * self.tick_hours:
+                for st in model.pools.values():
+                    st.since, st.since_seen = None, False
         if "ledger" in state and hasattr(policy, "_ledger"):
             policy._ledger = float(state["ledger"])  # type: ignore[attr-defined]
         self._policies[job_id] = policy

@@ -658,7 +658,10 @@ class JobController:
             if row is not None and row.policy == planner.policy_name:
                 try:
                     state = json.loads(row.state_json)
-                    (planner.warm if warm else planner.restore)(job.job_id, state)
+                    if warm:
+                        planner.warm(job.job_id, state)
+                    else:
+                        planner.restore(job.job_id, state, hours(now - row.updated_at))
                 except (ValueError, TypeError, KeyError):
                     log.warning("job %s: unreadable policy state; starting cold", job.job_id)
         advice = planner.advise(job, req, cat, ctx, current, remaining_overhead)

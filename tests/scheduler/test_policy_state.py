@@ -62,6 +62,29 @@ def test_learned_availability_survives_a_restart(make_world):
     assert got.pools == learned.pools
 
 
+@pytest.mark.slow
+def test_hours_the_daemon_was_down_do_not_count_into_a_spell_s_age(make_world):
+    """Nobody watched the pools while the daemon was down: after a restart the current
+    spell's age starts at the next look (the learned rates and outages are kept)."""
+    w = make_world(policy={"deadline_policy": "spotwise"}, reconcile_interval="30m")
+    jid = w.submit(gpus="V100:1", gpu_hours=20, deadline="60h")
+    w.tick()
+    _learn(w, jid)
+    learned = _model(w.rec.planner, jid)
+    assert learned.spell_age("us-east-1a") >= 3.0 and learned.saw_begin("us-east-1a") is False
+    assert learned.saw_begin("us-east-1b")
+    w.clock.advance(3 * 3600)  # the daemon is down for 3 h
+    w.rec = Reconciler(w.rec.engine, w.rec.config, w.rec.providers, w.clock)
+    w.rec.poll_prices()
+    w.tick(0)
+    got = _model(w.rec.planner, jid)
+    for zone in ("us-east-1a", "us-east-1b"):
+        assert not got.saw_begin(zone)
+        assert got.pools[zone].outages == learned.pools[zone].outages  # kept
+    assert got.pools["us-east-1b"].losses > 0  # kept (decayed by the 3 h, as any 3 h)
+    assert got.spell_age("us-east-1a") == 0.0
+
+
 def test_restored_planner_gives_the_same_advice():
     from datetime import timedelta
 
