@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +37,15 @@ class World:
             self.clock.advance(seconds)
             self.rec.reconcile()
             self.rec.accrue()
+
+    def tick_until(self, done: Callable[[], bool], seconds: float = 5, limit: int = 100) -> bool:
+        """Tick until `done()` holds, at most `limit` times; whether it came to hold (the
+        caller asserts what it needs afterwards)."""
+        for _ in range(limit):
+            self.tick(seconds)
+            if done():
+                return True
+        return False
 
     def job(self, job_id: str) -> Job:
         with Session(self.rec.engine) as s:

@@ -140,10 +140,7 @@ def test_hard_budget_holds_job_and_is_never_overrun(make_world):
     jid = w.submit(gpus="V100:1", team="ml")
     w.tick()
     assert w.job(jid).state is JobState.RUNNING
-    for _ in range(200):
-        w.tick(30)
-        if w.job(jid).state is JobState.HELD and not w.provider.running():
-            break
+    w.tick_until(lambda: w.job(jid).state is JobState.HELD and not w.provider.running(), 30, 200)
     job = w.job(jid)
     assert job.state is JobState.HELD and "hard budget 'team'" in job.reason
     w.tick(30, n=3)
@@ -263,10 +260,7 @@ def test_deadline_job_waits_for_spot_then_uses_on_demand(make_world, policy):
     assert job.state is JobState.PENDING and "waiting for cheaper spot capacity" in job.reason
     assert w.provider.launch_calls == 0
     # Time passes with no spot: before the slack runs out the policy goes on-demand.
-    for _ in range(80):
-        w.tick(1800)
-        if w.attempts(jid):
-            break
+    w.tick_until(lambda: bool(w.attempts(jid)), 1800, 80)
     (a,) = w.attempts(jid)
     assert a.market == "on-demand"
     assert a.created_at > job.created_at + timedelta(hours=10)  # it did wait for spot
@@ -307,18 +301,13 @@ def test_spotwise_waits_for_a_new_spot_spell_to_last_and_says_why(make_world):
     assert len(w.attempts(jid)) == 1 and w.job(jid).state is JobState.RECOVERING
     w.provider.set_offerings([spot, od])  # and gets it back
     wait = "waiting for spot in us-east-1a to stay up 30 min, up 0 s so far"
-    for _ in range(3):  # the catalog sees it on its next refresh
-        w.tick(600)
-        if wait in w.job(jid).reason:
-            break
+    # the catalog sees it on its next refresh
+    w.tick_until(lambda: wait in w.job(jid).reason, 600, 3)
     job = w.job(jid)
     assert job.state is JobState.RECOVERING and len(w.attempts(jid)) == 1
     assert wait in job.reason
     back = w.clock.now()
-    for _ in range(6):
-        w.tick(600)
-        if len(w.attempts(jid)) > 1:
-            break
+    w.tick_until(lambda: len(w.attempts(jid)) > 1, 600, 6)
     second = w.attempts(jid)[-1]
     assert second.market == "spot" and second.zone == "us-east-1a"
     assert second.created_at >= back + timedelta(minutes=30)
@@ -340,10 +329,7 @@ def test_held_job_released_when_limit_raised(make_world):
         budgets=[{"name": "team", "scope": "team:ml", "limit_usd": 1.0, "window": "total"}]
     )
     jid = w.submit(gpus="V100:1", team="ml")
-    for _ in range(200):
-        w.tick(30)
-        if w.job(jid).state is JobState.HELD and not w.provider.running():
-            break
+    w.tick_until(lambda: w.job(jid).state is JobState.HELD and not w.provider.running(), 30, 200)
     w.tick(30, n=2)
     assert w.job(jid).state is JobState.HELD
     raised = w.rec.config.model_copy(
@@ -368,10 +354,7 @@ def test_a_waiting_job_its_budget_can_no_longer_pay_is_held_not_left_waiting(mak
     budget = {"name": "team", "scope": "team:ml", "limit_usd": 0.02, "window": "total"}
     w = make_world(budgets=[budget])
     first = w.submit(name="first", gpus="V100:1", team="ml")
-    for _ in range(20):
-        w.tick(5)
-        if w.job(first).state is JobState.HELD:
-            break
+    w.tick_until(lambda: w.job(first).state is JobState.HELD, 5, 20)
     assert w.job(first).state is JobState.HELD
     second = w.submit(name="second", gpus="V100:1", team="ml")
     w.tick()
