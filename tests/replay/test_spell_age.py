@@ -4,10 +4,12 @@ had been up for hours."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from scheduler.policy import ON_DEMAND, SPOT
-from scheduler.policy.spotwise import TIGHT_HI, SpotwisePolicy
+from scheduler.policy.spotwise import SPELL_RESIDUAL, TIGHT_HI, SpotwisePolicy
+from scheduler.replay.split import Split, periods
 
 from .helpers import obs
 
@@ -43,13 +45,16 @@ def test_a_pool_up_for_hours_after_a_flaky_stretch_is_worth_leaving_on_demand_fo
     policy, now = _on_demand(up_for=8.0, slack=10.0)
     lam, _ = policy.model.rates("a")
     assert 1.0 / lam < 1.0  # the rate still says spells of half an hour
-    assert policy._spell_hours(now, "a") == pytest.approx(8.0)
+    assert policy._spell_hours(now, "a") == pytest.approx(SPELL_RESIDUAL * 8.0)
     # its rate counts one interruption (a 1 h restart) per expected spell, not per 1 / lam
-    assert policy._rate_cost(now, "a") == pytest.approx(0.5 * (1.0 + 1.0 / 8.0))
+    expected = SPELL_RESIDUAL * 8.0
+    assert policy._rate_cost(now, "a") == pytest.approx(0.5 * (1.0 + 1.0 / expected))
     assert policy.decide(now) == SPOT("a")
-    # a spell just begun, or two hours old, is not yet enough to pay a 1 h restart
-    for up_for in (0.0, 2.0):
+    # a spell just begun, or an hour old, is not yet enough to pay a 1 h restart; one that
+    # has lasted two hours (four more expected) is
+    for up_for in (0.0, 1.0):
         assert SpotwisePolicy.decide(*_on_demand(up_for, slack=10.0)) == ON_DEMAND
+    assert SpotwisePolicy.decide(*_on_demand(2.0, slack=10.0)) == SPOT("a")
 
 
 def test_a_tight_deadline_keeps_to_the_learned_rate() -> None:
@@ -69,3 +74,29 @@ def test_a_pool_that_is_down_has_no_spell_to_count() -> None:
     lam, _ = policy.model.rates("a")
     assert 1.0 / lam < 2.5
     assert policy._spell_hours(now, "a") == pytest.approx(1.0 / lam)
+
+
+def _spells(split: Split) -> np.ndarray:
+    """Hours of every completed spot spell on the split's single-zone traces."""
+    out: list[float] = []
+    for period in periods(split):
+        if period.multi_zone:
+            continue
+        up = period.trace.available[0, period.lo : period.hi]
+        # run lengths of True: the edges where `up` turns on and off
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], up.astype(np.int8), [0]))))
+        starts, ends = edges[::2], edges[1::2]
+        done = ends < len(up)  # the spell still up at the end of the period is censored
+        out.extend((ends[done] - starts[done]) * period.trace.gap_hours)
+    return np.asarray(out)
+
+
+def test_spell_residual_is_the_train_split_s_median_rest_of_a_spell_by_its_age() -> None:
+    """SPELL_RESIDUAL comes from the data it was tuned on: a spell that has lasted 0.5 to
+    2 h has, at the median, about twice its age still to go."""
+    spells = _spells(Split.TRAIN)
+    assert len(spells) > 500
+    for age in (0.5, 1.0, 2.0):
+        rest = spells[spells > age] - age
+        assert len(rest) > 100
+        assert np.median(rest) / age == pytest.approx(SPELL_RESIDUAL, rel=0.25)
