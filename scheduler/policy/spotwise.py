@@ -136,6 +136,9 @@ SPELL_AGE = 0.5
 # long again") was the conservative first guess. Train split, 8-window sweep sum: 1 / 1.5 /
 # 2 / 3: +71.6 / +73.4 / +73.9 / +73.2 (1 h / 1.2x +2.8 -> +3.6, 1 h / 1.5x +2.0 -> +2.5);
 # 2-window sweep +74.2 -> +76.4; gang twin -1.08 -> -0.82; price-spike twin +2.97 -> +3.08.
+# Read after the fact (SPELL_AGE was tuned while the rest was taken as 1 x the age), the two
+# agree: SPELL_AGE = 1 / SPELL_RESIDUAL is the age at which a spell's expected rest covers
+# one restart overhead.
 SPELL_RESIDUAL = 2.0
 
 

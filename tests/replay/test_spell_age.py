@@ -77,7 +77,8 @@ def test_a_pool_that_is_down_has_no_spell_to_count() -> None:
 
 
 def _spells(split: Split) -> np.ndarray:
-    """Hours of every completed spot spell on the split's single-zone traces."""
+    """Hours of every spot spell seen whole on the split's single-zone traces (not one
+    already up at the start of a period, nor one still up at its end)."""
     out: list[float] = []
     for period in periods(split):
         if period.multi_zone:
@@ -86,8 +87,8 @@ def _spells(split: Split) -> np.ndarray:
         # run lengths of True: the edges where `up` turns on and off
         edges = np.flatnonzero(np.diff(np.concatenate(([0], up.astype(np.int8), [0]))))
         starts, ends = edges[::2], edges[1::2]
-        done = ends < len(up)  # the spell still up at the end of the period is censored
-        out.extend((ends[done] - starts[done]) * period.trace.gap_hours)
+        whole = (starts > 0) & (ends < len(up))  # the others' lengths are unknown
+        out.extend((ends[whole] - starts[whole]) * period.trace.gap_hours)
     return np.asarray(out)
 
 
