@@ -45,9 +45,9 @@ def test_a_pool_up_for_hours_after_a_flaky_stretch_is_worth_leaving_on_demand_fo
     policy, now = _on_demand(up_for=8.0, slack=10.0)
     lam, _ = policy.model.rates("a")
     assert 1.0 / lam < 1.0  # the rate still says spells of half an hour
-    assert policy._spell_hours(now, "a") == pytest.approx(SPELL_RESIDUAL * 8.0)
-    # its rate counts one interruption (a 1 h restart) per expected spell, not per 1 / lam
     expected = SPELL_RESIDUAL * 8.0
+    assert policy._spell_hours(now, "a") == pytest.approx(expected)
+    # its rate counts one interruption (a 1 h restart) per expected spell, not per 1 / lam
     assert policy._rate_cost(now, "a") == pytest.approx(0.5 * (1.0 + 1.0 / expected))
     assert policy.decide(now) == SPOT("a")
     # a spell just begun, or an hour old, is not yet enough to pay a 1 h restart; one that

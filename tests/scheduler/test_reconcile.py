@@ -279,7 +279,6 @@ def test_spotwise_waits_for_a_new_spot_spell_to_last_and_says_why(make_world):
     """A short job with a 1 h restart: its cost guard's margin pays for few failed launches.
     Spot already up at its first look is launched into at once (its age is unknown); once
     interrupted, spotwise lets the spell it sees begin stay up half a restart first."""
-    from providers.base import EndReason
     from tests.fakes import offering
 
     spot = offering("us-east-1a", price=1.0)
@@ -376,7 +375,6 @@ def test_a_job_whose_affordable_pool_is_backing_off_waits_for_it_not_held(make_w
     """Interrupted in the $0.90 pool, the job avoids it for a while; what is left of the
     budget cannot pay the $2 pool but can pay the $0.90 one: it waits for the back-off, and
     goes back there (a hold would wait for a new window or limit)."""
-    from providers.base import EndReason
     from tests.fakes import offering
 
     w = make_world(
