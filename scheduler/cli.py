@@ -157,10 +157,13 @@ def _lease_line(lease: dict[str, Any] | None) -> str | None:
     if lease is None or lease["status"] == "stopped":
         return None
     since = lease["since"].astimezone(UTC)
-    held = _ago((datetime.now(UTC) - since).total_seconds())
+    now = datetime.now(UTC)
+    held = _ago((now - since).total_seconds())
+    # the time of day alone when it is today's: the whole date made the line 81 columns
+    when = f"{since:%H:%M:%S}Z" if since.date() == now.date() else f"{since:%Y-%m-%d %H:%M:%S}Z"
     return (
-        f"daemon: pid {lease['pid']} on {lease['host']} holds the lease since "
-        f"{since:%Y-%m-%d %H:%M:%S}Z ({held}, epoch {lease['epoch']})"
+        f"daemon: pid {lease['pid']} on {lease['host']} holds the lease since {when} "
+        f"({held}, epoch {lease['epoch']})"
     )
 
 

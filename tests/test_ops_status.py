@@ -268,3 +268,16 @@ def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):
     r = _invoke(w, "status", "--watch")
     assert r.exit_code == 0, r.output
     assert "warning: no spotwise daemon has run" in r.stdout and w.ids["pending"] in r.stdout
+
+
+def test_the_lease_line_fits_80_columns_and_dates_only_an_older_lease():
+    from datetime import UTC, datetime, timedelta
+
+    now = datetime.now(UTC)
+    lease = {"pid": 4194304, "host": "sched-01", "epoch": 12, "status": "running"}
+    line = cli._lease_line({**lease, "since": now - timedelta(seconds=30)})
+    assert line is not None and len(line) <= 80, line
+    assert re.search(r"holds the lease since \d\d:\d\d:\d\dZ \(\d+s, epoch 12\)$", line)
+    old = cli._lease_line({**lease, "since": now - timedelta(days=2)})
+    assert old is not None
+    assert re.search(r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(\d+h, epoch 12\)$", old)
