@@ -24,13 +24,28 @@ def _unpack(doc: np.lib.npyio.NpzFile) -> np.ndarray:
 @cache
 def cbl_2022() -> dict[str, Trace]:
     """The eight 2022 us-west-2a/2b single-zone traces, keyed like 'us-west-2a_v100_1'."""
-    with np.load(DATA / "cbl_2022_usw2.npz") as doc:
+    return _single_zone("cbl_2022_usw2.npz")
+
+
+@cache
+def cbl_2022_later() -> dict[str, Trace]:
+    """The same eight series over the following 37.8 days (2022-11-28 to 2023-01-05), keyed
+    like '2022-12 us-west-2a_v100_1': probes the Can't Be Late traces do not include, held
+    out for testing."""
+    return _single_zone("cbl_2022_usw2_later.npz", LATER_2022 + " ")
+
+
+LATER_2022 = "2022-12"  # names the later 2022 series apart from the Can't Be Late ones
+
+
+def _single_zone(file: str, prefix: str = "") -> dict[str, Trace]:
+    with np.load(DATA / file) as doc:
         names = [str(n) for n in doc["names"]]
         avail = _unpack(doc)
         gap = float(doc["gap_seconds"]) / 3600.0
     out = {}
-    for i, name in enumerate(names):
-        zone = name.split("_")[0]
+    for i, series in enumerate(names):
+        zone, name = series.split("_")[0], prefix + series
         a = avail[i : i + 1]
         out[name] = Trace((zone,), gap, a, np.full(a.shape, CBL_SPOT), CBL_ON_DEMAND, name=name)
     return out

@@ -5,8 +5,11 @@ price-spike setting report on TEST (and say so). The published-protocol settings
 region, multi region, SkyNomad, ADRS) use the windows their protocol fixes, which overlap
 both halves: their output is labelled "protocol windows (train + test)".
 
-- 2022 single-zone traces (27 days, same period): zones split, us-west-2a = train,
-  us-west-2b = test.
+- 2022 single-zone traces (27 days from 2022-10-26, the Can't Be Late period): zones split,
+  us-west-2a = train, us-west-2b = test.
+- The same eight 2022 series over the 37.8 days that followed (2022-11-28 to 2023-01-05,
+  labelled "2022-12 ..."): test only, both zones. Added at stop 29 with the policy frozen,
+  never used for tuning: the single-zone part of the test split had only four traces.
 - 2023 nine-zone V100 trace (45.5 days): periods AND zones split. Train = the first half of
   the ticks on us-east-1a/1d, us-east-2a, us-west-2b; test = the second half on us-east-1c/1f,
   us-east-2b, us-west-2a/2c. (A test window may be preceded by history from the first half:
@@ -18,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from .datasets import cbl_2022, v100_2023
+from .datasets import cbl_2022, cbl_2022_later, v100_2023
 from .trace import Trace
 
 
@@ -57,6 +60,9 @@ def periods(split: Split) -> list[Period]:
     for name, t in cbl_2022().items():
         if name.startswith(ZONES_2022[split]):
             out.append(Period(name, t, 0, t.n_ticks, False))
+    if split is Split.TEST:
+        for name, t in cbl_2022_later().items():
+            out.append(Period(name, t, 0, t.n_ticks, False))
     full = v100_2023()
     lo, hi = half_2023(split, full.n_ticks)
     for zone in ZONES_2023[split]:
@@ -76,4 +82,5 @@ def half_2023(split: Split, n_ticks: int) -> tuple[int, int]:
 def describe(split: Split) -> str:
     z23 = ", ".join(ZONES_2023[split])
     half = "first" if split is Split.TRAIN else "second"
-    return f"{split.value} split: 2022 {ZONES_2022[split]} traces; 2023 {half} half on {z23}"
+    later = "; 2022-11-28..2023-01-05 on us-west-2a/2b" if split is Split.TEST else ""
+    return f"{split.value} split: 2022 {ZONES_2022[split]} traces{later}; 2023 {half} half on {z23}"

@@ -7,7 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from scheduler.replay.datasets import CBL_ON_DEMAND, CBL_SPOT, cbl_2022, v100_2023
+from scheduler.replay.data import derive
+from scheduler.replay.datasets import (
+    CBL_ON_DEMAND,
+    CBL_SPOT,
+    cbl_2022,
+    cbl_2022_later,
+    v100_2023,
+)
+from scheduler.replay.split import Split, describe, periods
 from scheduler.replay.trace import (
     Convention,
     gap_hours_from_times,
@@ -78,6 +86,71 @@ def test_shipped_2022_traces() -> None:
     assert t.on_demand_price == CBL_ON_DEMAND and np.all(t.spot_price == CBL_SPOT)
     # starts with a 1 in the available-convention JSON (tick 0 of us-west-2a_v100_1 is 1)
     assert traces["us-west-2a_v100_1"].available[0, :3].tolist() == [True, False, False]
+
+
+def test_shipped_later_2022_traces_are_the_eight_series_over_37_8_days() -> None:
+    traces = cbl_2022_later()
+    assert sorted(traces) == sorted(f"2022-12 {n}" for n in cbl_2022())
+    t = traces["2022-12 us-west-2b_k80_1"]
+    assert t.n_ticks == 5446 and t.gap_hours == pytest.approx(1 / 6)  # 37.8 days
+    assert t.zones == ("us-west-2b",) and t.name == "2022-12 us-west-2b_k80_1"
+    # never up in the first probe period (2140 rounds), up 23.8% of the second (3304)
+    assert not t.available[0, :2142].any()
+    assert t.available[0, 2142:].mean() == pytest.approx(0.238, abs=0.001)
+    assert t.on_demand_price == CBL_ON_DEMAND and np.all(t.spot_price == CBL_SPOT)
+
+
+def test_later_2022_series_are_held_out_only() -> None:
+    labels = {split: [p.label for p in periods(split)] for split in Split}
+    later = [label for label in labels[Split.TEST] if label.startswith("2022-12 ")]
+    assert len(later) == 8
+    assert not any(label.startswith("2022-12 ") for label in labels[Split.TRAIN])
+    assert "2022-11-28..2023-01-05" in describe(Split.TEST)
+    assert "2022-11" not in describe(Split.TRAIN)
+
+
+def _probe_csv(path, start: str, fails: list[int], step: int = 600) -> None:
+    from datetime import datetime, timedelta
+
+    t0 = datetime.fromisoformat(start)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        "".join(
+            f"{i},{(t0 + timedelta(seconds=step * i)).isoformat().replace('+00:00', '.000Z')},{f}\n"
+            for i, f in enumerate(fails)
+        )
+    )
+
+
+def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
+    tmp_path, monkeypatch
+) -> None:
+    """The second period starts 26.6 min after the first's last round: two rounds missing,
+    filled with the state before them and recorded."""
+    monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
+    monkeypatch.setattr(derive, "HERE", tmp_path / "out")
+    (tmp_path / "out").mkdir()
+    base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
+    first, second = derive.LATER_2022
+    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-12-13T18:37:10+00:00", [1, 0, 0])
+    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [1, 0])
+    derive.derive_cbl_later(tmp_path)
+    with np.load(tmp_path / "out/cbl_2022_usw2_later.npz") as doc:
+        n = int(doc["n_ticks"])
+        avail = np.unpackbits(doc["available"], axis=1, count=n)[0].tolist()
+        assert doc["filled"].tolist() == [3, 4]
+    assert avail == [0, 1, 1, 1, 1, 0, 1]  # fail 1 = not available; rounds 3-4 copy round 2
+
+
+def test_derive_refuses_probe_rounds_that_are_not_600_s_apart(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
+    monkeypatch.setattr(derive, "HERE", tmp_path)
+    base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
+    first, second = derive.LATER_2022
+    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-11-28T22:23:37+00:00", [0, 0], 900)
+    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [0, 0])
+    with pytest.raises(SystemExit, match="900"):
+        derive.derive_cbl_later(tmp_path)
 
 
 def test_shipped_2023_v100() -> None:

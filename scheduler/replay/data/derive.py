@@ -3,12 +3,13 @@
 Usage (from the repo root):
     python -m scheduler.replay.data.derive /path/to/shared/data/traces
 
-Reads only; writes cbl_2022_usw2.npz and v100_2023_9zone.npz next to this file. Both are
-stored in the AVAILABLE convention (True = spot obtainable at that tick).
+Reads only; writes cbl_2022_usw2.npz, cbl_2022_usw2_later.npz and v100_2023_9zone.npz next
+to this file, all in the AVAILABLE convention (True = spot obtainable at that tick).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -61,6 +62,46 @@ def derive_cbl(root: Path) -> None:
     )
 
 
+LATER_2022 = ("2022-11-28T22-23", "2022-12-13T19-23")  # the raw CSVs' period folders
+
+
+def derive_cbl_later(root: Path) -> None:
+    """The same eight 2022 series over the two probe periods that followed (2022-11-28 to
+    2023-01-05), joined into one: they are not in spot-traces, so only the raw CSVs exist.
+    The probe rounds missing where one period ends and the next begins (26 min apart at
+    600 s rounds: two) are filled with the state before them, and their indices stored."""
+    base = root / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
+    rows, starts, filled = [], set(), set()
+    for name in CBL_NAMES:
+        parts, last = [], None
+        for folder in LATER_2022:
+            avail, times = load_fail_csv(base / folder / f"{name}.txt")
+            steps = {round((b - a).total_seconds()) for a, b in itertools.pairwise(times)}
+            if not steps <= {600, 601}:
+                raise SystemExit(f"{folder}/{name}: probe rounds {sorted(steps)} s apart")
+            if last is None:
+                starts.add(times[0].isoformat())
+            else:
+                missing = round((times[0] - last[1]).total_seconds() / 600) - 1
+                at = sum(len(p) for p in parts)
+                filled.update(range(at, at + missing))
+                parts.append(np.full(missing, last[0]))
+            parts.append(avail)
+            last = (bool(avail[-1]), times[-1])
+        rows.append(np.concatenate(parts))
+    if len(starts) != 1 or len({len(r) for r in rows}) != 1:
+        raise SystemExit(f"series not aligned: starts {starts}")
+    np.savez_compressed(
+        HERE / "cbl_2022_usw2_later.npz",
+        names=np.array(CBL_NAMES),
+        available=np.packbits(np.array(rows), axis=1),
+        n_ticks=np.int64(len(rows[0])),
+        gap_seconds=np.float64(600),
+        start="2022-11-28T22:23:37Z",
+        filled=np.array(sorted(filled), dtype=np.int64),
+    )
+
+
 def derive_v100(root: Path) -> None:
     """2023 p3.2xlarge traces in 9 zones, with the per-tick spot prices from skynomad."""
     sky = root / "skynomad-artifact/data"
@@ -96,6 +137,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit(__doc__)
     root = Path(argv[0])
     derive_cbl(root)
+    derive_cbl_later(root)
     derive_v100(root)
 
 
