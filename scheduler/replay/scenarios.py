@@ -419,7 +419,7 @@ def gang(quick: bool = False, nodes: int = GANG_NODES, split: Split = Split.TEST
         "60 h, o=0.2)",
         tuple(cases),
         dp_units=4,
-        windows=describe(split),
+        windows=describe(split, only_2023=True),
     )
 
 
@@ -465,7 +465,7 @@ def price_spike(quick: bool = False, split: Split = Split.TEST) -> Setting:
         "price spikes to 1.1-3x on-demand (synthetic, on real 2023 prices; 48 h, 60 h, o=0.2)",
         tuple(cases),
         dp_units=4,
-        windows=describe(split),
+        windows=describe(split, only_2023=True),
     )
 
 

@@ -79,8 +79,12 @@ def half_2023(split: Split, n_ticks: int) -> tuple[int, int]:
     return (0, half) if split is Split.TRAIN else (half, n_ticks)
 
 
-def describe(split: Split) -> str:
-    z23 = ", ".join(ZONES_2023[split])
+def describe(split: Split, only_2023: bool = False) -> str:
+    """Which periods and zones a setting's windows come from; `only_2023` for the settings
+    that use the split's part of the 2023 trace alone (gangs, price spikes)."""
     half = "first" if split is Split.TRAIN else "second"
+    part = f"2023 {half} half on {', '.join(ZONES_2023[split])}"
+    if only_2023:
+        return f"{split.value} split: {part}"
     later = "; 2022-11-28..2023-01-05 on us-west-2a/2b" if split is Split.TEST else ""
-    return f"{split.value} split: 2022 {ZONES_2022[split]} traces{later}; 2023 {half} half on {z23}"
+    return f"{split.value} split: 2022 {ZONES_2022[split]} traces{later}; {part}"
