@@ -170,7 +170,7 @@ def deadline(
     if sweep or chosen_split is Split.TRAIN:
         doc["split"] = chosen_split.value
     if output is Output.json:
-        print(json.dumps(doc))
+        print(json.dumps(_rounded(doc)))
         return
     if sweep:
         narrow = _print_sweep(doc)
@@ -182,11 +182,33 @@ def deadline(
     _out.print(f"{sum(s['runs'] for s in doc['settings'])} windows in {elapsed:.1f} s")
 
 
-def _num(x: float, nd: int = 2) -> float | None:
-    """JSON-safe rounding (NaN -> null, no "-0.0")."""
+def _num(x: float) -> float | None:
+    """JSON-safe (NaN -> null), and no "-0.0" for a figure that is zero but for float error
+    (on-demand's score); rounded only on the way out (_rounded)."""
     import math
 
-    return None if math.isnan(x) else round(x, nd) + 0.0
+    return None if math.isnan(x) else (0.0 if abs(x) < 1e-9 else x)
+
+
+# Digits each figure of `bench deadline -o json` is given. The doc itself keeps every figure
+# unrounded and the tables round once from it: rounded to 4.25 first, a measured 4.2514
+# would print as 4.2.
+_JSON_DIGITS = {
+    "score": 2, "score_ci95": 2, "ci95": 2, "ratio_to_optimal": 4, "worse_than_up_pct": 1,
+    "above_on_demand_pct": 1, "worst_vs_on_demand": 4, "ms_per_decision": 3,
+    "avg_cost_usd": 4, "all_on_demand_cost_usd": 4, "all_spot_cost_usd": 4, "elapsed_s": 2,
+}  # fmt: skip
+
+
+def _rounded(doc: Any, digits: int | None = None) -> Any:
+    """`doc` with each figure named in _JSON_DIGITS rounded to its digits."""
+    if isinstance(doc, dict):
+        return {k: _rounded(v, _JSON_DIGITS.get(k)) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [_rounded(v, digits) for v in doc]
+    if isinstance(doc, float) and digits is not None:
+        return round(doc, digits) + 0.0
+    return doc
 
 
 def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
@@ -198,15 +220,15 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
             rows.append(
                 {
                     "policy": name,
-                    "avg_cost_usd": round(st.mean, 4),
+                    "avg_cost_usd": st.mean,
                     "deadline_misses": st.misses,
                     "score": _num(r.score(name)),
                     "score_ci95": [_num(lo), _num(hi)],
-                    "ratio_to_optimal": _num(r.ratio(name), 4),
-                    "worse_than_up_pct": _num(r.worse_than(name), 1),
-                    "above_on_demand_pct": _num(r.above_on_demand(name), 1),
-                    "worst_vs_on_demand": _num(r.worst_vs_on_demand(name), 4),
-                    "ms_per_decision": _num(st.ms_per_decision, 3),
+                    "ratio_to_optimal": _num(r.ratio(name)),
+                    "worse_than_up_pct": _num(r.worse_than(name)),
+                    "above_on_demand_pct": _num(r.above_on_demand(name)),
+                    "worst_vs_on_demand": _num(r.worst_vs_on_demand(name)),
+                    "ms_per_decision": _num(st.ms_per_decision),
                 }
             )
         shown, why = r.published_status()
@@ -216,8 +238,8 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
             "windows_from": r.setting.windows,
             "runs": r.runs,
             "clusters": len(set(r.clusters)),
-            "all_on_demand_cost_usd": round(r.od_cost, 4),
-            "all_spot_cost_usd": round(r.spot_cost, 4),
+            "all_on_demand_cost_usd": r.od_cost,
+            "all_spot_cost_usd": r.spot_cost,
             "policies": rows,
             "published": r.setting.published if shown else {},
             "published_kind": r.setting.published_kind,
@@ -235,7 +257,7 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
                     if sub.runs:
                         doc[f"spotwise_minus_best_{fam}"] = _delta_doc(sub)
         settings_doc.append(doc)
-    return {"benchmark": "deadline", "quick": quick, "elapsed_s": round(elapsed, 2),
+    return {"benchmark": "deadline", "quick": quick, "elapsed_s": elapsed,
             "settings": settings_doc}  # fmt: skip
 
 

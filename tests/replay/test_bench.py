@@ -125,3 +125,32 @@ def test_bench_windows_out_of_place_is_one_line_and_exit_2(args: list[str], says
     result = CliRunner().invoke(bench_app, ["deadline", *args])
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [says]
+
+
+@pytest.mark.timeout(120)
+def test_tables_round_each_figure_once_and_json_to_its_digits(monkeypatch) -> None:
+    """A measured +4.2514 prints as +4.3: the doc keeps figures unrounded and the tables
+    round once (rounded to 4.25 first, it printed as +4.2, a figure the run did not give);
+    the JSON still gives two digits."""
+    from scheduler.replay.scenarios import SettingResult
+
+    monkeypatch.setattr(SettingResult, "delta", lambda self, p, o: (4.2514, 3.2504, 5.0))
+    args = ["deadline", "--sweep", "--quick"]
+    text = CliRunner().invoke(bench_app, args, env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    assert "+4.3 [3.3, 5.0]" in text.output and "+4.2 " not in text.output
+    out = CliRunner().invoke(bench_app, [*args, "-o", "json"])
+    assert out.exit_code == 0, out.output
+    first = json.loads(out.stdout)["settings"][0]
+    assert first["spotwise_minus_best_baseline"]["score"] == 4.25
+    assert first["spotwise_minus_best_baseline"]["ci95"] == [3.25, 5.0]
+    assert all(len(str(r["worst_vs_on_demand"]).split(".")[-1]) <= 4 for r in first["policies"])
+
+
+def test_a_score_zero_but_for_float_error_prints_as_0_0() -> None:
+    """On-demand's score is (od - od) / (od - spot): -1e-15 printed as "-0.0" once the doc
+    kept figures unrounded."""
+    from scheduler.bench import _num
+
+    assert f"{_num(-1e-15):.1f}" == "0.0" and _num(float("nan")) is None
+    assert _num(-0.04) == -0.04  # a real small loss keeps its sign
