@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from scheduler.replay.datasets import (
     cbl_2022_later,
     v100_2023,
 )
+from scheduler.replay.scenarios import sweep
 from scheduler.replay.split import Split, describe, periods
 from scheduler.replay.trace import (
     Convention,
@@ -98,6 +101,11 @@ def test_shipped_later_2022_traces_are_the_eight_series_over_37_8_days() -> None
     assert not t.available[0, :2142].any()
     assert t.available[0, 2142:].mean() == pytest.approx(0.238, abs=0.001)
     assert t.on_demand_price == CBL_ON_DEMAND and np.all(t.spot_price == CBL_SPOT)
+    with np.load(Path(derive.__file__).parent / "cbl_2022_usw2_later.npz") as doc:
+        assert doc["filled"].tolist() == [2140, 2141]
+        assert str(doc["start"]) == "2022-11-28T22:23:37Z"
+    v = traces["2022-12 us-west-2a_v100_1"].available[0]
+    assert v[2140] == v[2141] == v[2139]  # the filled rounds repeat the one before
 
 
 def test_later_2022_series_are_held_out_only() -> None:
@@ -107,11 +115,14 @@ def test_later_2022_series_are_held_out_only() -> None:
     assert not any(label.startswith("2022-12 ") for label in labels[Split.TRAIN])
     assert "2022-11-28..2023-01-05" in describe(Split.TEST)
     assert "2022-11" not in describe(Split.TRAIN)
+    # and the held-out sweep replays them at every task length (the quick sweep does not)
+    (cell,) = [s for s in sweep(Split.TEST, windows=1) if s.key == "sweep o=1 slack=2"]
+    swept = {c.label for c in cell.cases if c.label.startswith("2022-12 ")}
+    assert len(swept) == 24 and all(c.trace.n_ticks == 5446 for c in cell.cases if c.label in swept)
 
 
-def _probe_csv(path, start: str, fails: list[int], step: int = 600) -> None:
-    from datetime import datetime, timedelta
-
+def _probe_csv(path: Path, start: str, fails: list[int], step: int = 600) -> None:
+    """A raw probe CSV as the 2022 collection wrote it: round, UTC time, fail."""
     t0 = datetime.fromisoformat(start)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
@@ -131,7 +142,7 @@ def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
     monkeypatch.setattr(derive, "HERE", tmp_path / "out")
     (tmp_path / "out").mkdir()
     base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    first, second = derive.LATER_2022
+    first, second = derive.LATER_2022_FOLDERS
     _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-12-13T18:37:10+00:00", [1, 0, 0])
     _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [1, 0])
     derive.derive_cbl_later(tmp_path)
@@ -142,11 +153,22 @@ def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
     assert avail == [0, 1, 1, 1, 1, 0, 1]  # fail 1 = not available; rounds 3-4 copy round 2
 
 
+def test_derive_refuses_a_seam_it_would_have_to_invent_hours_for(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
+    monkeypatch.setattr(derive, "HERE", tmp_path)
+    base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
+    first, second = derive.LATER_2022_FOLDERS
+    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-11-28T22:23:37+00:00", [0, 0])
+    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-11-29T22:23:37+00:00", [0, 0])
+    with pytest.raises(SystemExit, match="142 probe rounds missing"):
+        derive.derive_cbl_later(tmp_path)
+
+
 def test_derive_refuses_probe_rounds_that_are_not_600_s_apart(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
     monkeypatch.setattr(derive, "HERE", tmp_path)
     base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    first, second = derive.LATER_2022
+    first, second = derive.LATER_2022_FOLDERS
     _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-11-28T22:23:37+00:00", [0, 0], 900)
     _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [0, 0])
     with pytest.raises(SystemExit, match="900"):

@@ -62,7 +62,8 @@ def derive_cbl(root: Path) -> None:
     )
 
 
-LATER_2022 = ("2022-11-28T22-23", "2022-12-13T19-23")  # the raw CSVs' period folders
+LATER_2022_FOLDERS = ("2022-11-28T22-23", "2022-12-13T19-23")  # the raw CSVs' periods
+SEAM_ROUNDS = range(0, 4)  # probe rounds that may be missing between them (two are)
 
 
 def derive_cbl_later(root: Path) -> None:
@@ -71,10 +72,12 @@ def derive_cbl_later(root: Path) -> None:
     The probe rounds missing where one period ends and the next begins (26 min apart at
     600 s rounds: two) are filled with the state before them, and their indices stored."""
     base = root / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    rows, starts, filled = [], set(), set()
+    rows: list[np.ndarray] = []
+    starts: set[str] = set()
+    filled: set[int] = set()
     for name in CBL_NAMES:
         parts, last = [], None
-        for folder in LATER_2022:
+        for folder in LATER_2022_FOLDERS:
             avail, times = load_fail_csv(base / folder / f"{name}.txt")
             steps = {round((b - a).total_seconds()) for a, b in itertools.pairwise(times)}
             if not steps <= {600, 601}:
@@ -83,21 +86,24 @@ def derive_cbl_later(root: Path) -> None:
                 starts.add(times[0].isoformat())
             else:
                 missing = round((times[0] - last[1]).total_seconds() / 600) - 1
+                if missing not in SEAM_ROUNDS:
+                    raise SystemExit(f"{folder}/{name}: {missing} probe rounds missing before it")
                 at = sum(len(p) for p in parts)
                 filled.update(range(at, at + missing))
                 parts.append(np.full(missing, last[0]))
             parts.append(avail)
             last = (bool(avail[-1]), times[-1])
         rows.append(np.concatenate(parts))
-    if len(starts) != 1 or len({len(r) for r in rows}) != 1:
-        raise SystemExit(f"series not aligned: starts {starts}")
+    lengths = {len(r) for r in rows}
+    if len(starts) != 1 or len(lengths) != 1:
+        raise SystemExit(f"series not aligned: starts {sorted(starts)}, lengths {lengths}")
     np.savez_compressed(
         HERE / "cbl_2022_usw2_later.npz",
         names=np.array(CBL_NAMES),
         available=np.packbits(np.array(rows), axis=1),
         n_ticks=np.int64(len(rows[0])),
         gap_seconds=np.float64(600),
-        start="2022-11-28T22:23:37Z",
+        start=starts.pop().replace("+00:00", "Z"),
         filled=np.array(sorted(filled), dtype=np.int64),
     )
 
