@@ -592,6 +592,28 @@ def run_case(case: Case, policies: tuple[str, ...], dp_units: int) -> CaseResult
     return res
 
 
+def pooled_delta(
+    results: list[SettingResult], policy: str, others: tuple[str, ...]
+) -> tuple[float, float, float]:
+    """The mean over settings of `policy`'s score minus the best of `others`, with a 95% CI.
+
+    Each setting's bootstrap is seeded alike, so over the same clusters (the sweep's cells
+    all hold every trace and zone set of the split) its replicate b resamples the same
+    clusters in every setting, and averaging replicates across settings is a bootstrap of
+    the average. Settings over different clusters give no interval (NaN)."""
+    point = float(np.mean([r.delta(policy, others)[0] for r in results]))
+    if len({tuple(sorted(set(r.clusters))) for r in results}) != 1:
+        return point, math.nan, math.nan
+    reps = []
+    for r in results:
+        boot = r.boot_scores()
+        if not boot:
+            return point, math.nan, math.nan
+        reps.append(boot[policy] - np.max(np.stack([boot[o] for o in others]), axis=0))
+    lo, hi = np.quantile(np.mean(reps, axis=0), [0.025, 0.975])
+    return point, float(lo), float(hi)
+
+
 def collect(setting: Setting, results: list[CaseResult]) -> SettingResult:
     names = tuple(results[0].costs) if results else ()
     stats = {p: PolicyStats() for p in names}

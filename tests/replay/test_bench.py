@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -154,3 +155,45 @@ def test_a_score_zero_but_for_float_error_prints_as_0_0() -> None:
 
     assert f"{_num(-1e-15):.1f}" == "0.0" and _num(float("nan")) is None
     assert _num(-0.04) == -0.04  # a real small loss keeps its sign
+
+
+def _cell(key: str, clusters: list[str], spotwise: list[float]):
+    """A sweep cell's result over one window per cluster (greedy and UP at 80 and 90)."""
+    from scheduler.replay.scenarios import CaseResult, Setting, collect
+
+    n = len(clusters)
+    costs = {"greedy": [80.0] * n, "uniform-progress": [90.0] * n, "spotwise": spotwise}
+    case = CaseResult(costs, dict.fromkeys(costs, 0), [100.0] * n, [30.0] * n, key, clusters)
+    return collect(Setting(key, key, ()), [case])
+
+
+def test_pooled_delta_averages_cells_over_the_same_bootstrap_draws() -> None:
+    from scheduler.replay.scenarios import pooled_delta
+
+    best = ("greedy", "uniform-progress")
+    traces = ["a", "b", "c", "d", "e"]
+    one = _cell("sweep o=1 slack=2", traces, [70.0, 85.0, 75.0, 90.0, 60.0])
+    other = _cell("sweep o=1 slack=1.5", traces, [82.0, 79.0, 81.0, 70.0, 95.0])
+    d1, d2 = one.delta("spotwise", best), other.delta("spotwise", best)
+    point, lo, hi = pooled_delta([one, other], "spotwise", best)
+    assert point == pytest.approx((d1[0] + d2[0]) / 2) and lo < point < hi
+    # a cell pooled with its twin (same windows, computed apart) keeps its own interval only
+    # if each replicate b resamples the same traces in both
+    twin = _cell("sweep o=0.5 slack=2", traces, [70.0, 85.0, 75.0, 90.0, 60.0])
+    assert pooled_delta([one, twin], "spotwise", best) == pytest.approx(d1)
+    # cells over different traces cannot share draws: no interval
+    apart = _cell("sweep o=1 slack=1.2", ["a", "b", "c", "d", "x"], [70.0] * 5)
+    assert math.isnan(pooled_delta([one, apart], "spotwise", best)[1])
+
+
+@pytest.mark.timeout(120)
+def test_sweep_prints_the_averages_over_each_overhead_and_the_grid() -> None:
+    args = ["deadline", "--sweep", "--quick"]
+    doc = json.loads(CliRunner().invoke(bench_app, [*args, "-o", "json"]).stdout)
+    rows = {r["overhead"]: r for r in doc["sweep_average"]}
+    assert list(rows) == ["0.05", "1", "all"] and rows["all"]["cells"] == 2
+    cells = [s["spotwise_minus_best_baseline"]["score"] for s in doc["settings"]]
+    assert rows["all"]["all"]["score"] == pytest.approx(sum(cells) / 2, abs=0.01)
+    assert set(rows["1"]) == {"overhead", "cells", "all", "single_zone", "multi_zone"}
+    text = CliRunner().invoke(bench_app, args, env={"COLUMNS": "80"}).stdout
+    assert "spotwise - best averaged over the cells" in text
