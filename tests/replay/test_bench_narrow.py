@@ -135,9 +135,12 @@ def test_piped_tables_never_wrap_a_cell(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(bench, "_PIPED", True)
     monkeypatch.setattr(bench, "_out", Console(file=buf, width=100))  # narrower than needed
     bench._print_sweep(doc)
-    rows = [ln for ln in buf.getvalue().splitlines() if ln.startswith("│")]
+    sweep, averages = buf.getvalue().split("averaged over the cells")
+    rows = [ln for ln in sweep.splitlines() if ln.startswith("│")]
     assert len(rows) == len(doc["settings"]), "\n".join(rows)  # one line per cell's row
     assert all("…" not in ln for ln in rows)
+    rows = [ln for ln in averages.splitlines() if ln.startswith("│")]
+    assert len(rows) == len(doc["sweep_average"]) and all("…" not in ln for ln in rows)
 
 
 def test_bench_progress_on_a_terminal_is_one_line_that_never_wraps() -> None:
