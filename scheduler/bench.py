@@ -213,6 +213,7 @@ def _rounded(doc: Any, digits: int | None = None) -> Any:
 
 def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
     settings_doc = []
+    sweep_cells = []  # per sweep cell: its results over all windows and per kind of trace
     for r in summary:
         rows = []
         for name, st in r.stats.items():
@@ -245,52 +246,53 @@ def _deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
             "published_kind": r.setting.published_kind,
             "published_check": why,
         }
-        names = set(r.stats)
-        if {"spotwise", "greedy", "uniform-progress"} <= names:
+        if {"spotwise", *_BEST_OF} <= set(r.stats):
             doc["spotwise_minus_best_baseline"] = _delta_doc(r)
             if r.setting.key.startswith("sweep"):
-                from scheduler.replay.scenarios import is_multi_zone
+                from scheduler.replay.scenarios import TRACE_KINDS
 
-                for fam, keep in (("single_zone", lambda c: not is_multi_zone(c)),
-                                  ("multi_zone", is_multi_zone)):  # fmt: skip
-                    sub = r.subset(keep)
-                    if sub.runs:
-                        doc[f"spotwise_minus_best_{fam}"] = _delta_doc(sub)
+                parts = {"all": r} | {k: r.subset(keep) for k, keep in TRACE_KINDS.items()}
+                sweep_cells.append(parts)
+                for kind, sub in parts.items():
+                    if kind != "all" and sub.runs:
+                        doc[f"spotwise_minus_best_{kind}"] = _delta_doc(sub)
         settings_doc.append(doc)
     out = {"benchmark": "deadline", "quick": quick, "elapsed_s": elapsed,
            "settings": settings_doc}  # fmt: skip
-    sweep = [r for r in summary if r.setting.key.startswith("sweep")]
-    if sweep and all("spotwise" in r.stats for r in sweep):
-        out["sweep_average"] = _sweep_average(sweep)
+    if sweep_cells:
+        out["sweep_average"] = _sweep_average(sweep_cells)
     return out
 
 
-def _sweep_average(sweep: list) -> list[dict[str, Any]]:
+_BEST_OF = ("greedy", "uniform-progress")  # spotwise is scored against the better of these
+
+
+def _sweep_average(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """spotwise - best averaged over each overhead's cells and over the whole grid, over all
     windows and per kind of trace: "at least as good in expectation across the grid" is a
-    statement about these means, which one cell's interval cannot make."""
-    from scheduler.replay.scenarios import is_multi_zone, pooled_delta
+    statement about these means, which one cell's interval cannot make. `cells` holds each
+    cell's results by kind ("all" and TRACE_KINDS), as _deadline_doc computed them."""
+    from scheduler.replay.scenarios import pooled_delta
 
-    kinds = (("all", None), ("single_zone", lambda c: not is_multi_zone(c)),
-             ("multi_zone", is_multi_zone))  # fmt: skip
-    groups: dict[str, list] = {}
-    for r in sweep:
-        groups.setdefault(r.setting.key.split()[1].split("=")[1], []).append(r)
-    groups["all"] = sweep
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for cell in cells:
+        overhead = f"{cell['all'].setting.cases[0].job.restart_overhead:g}"
+        groups.setdefault(overhead, []).append(cell)
+    groups["all"] = cells
     rows = []
-    for overhead, rs in groups.items():
-        row: dict[str, Any] = {"overhead": overhead, "cells": len(rs)}
-        for kind, keep in kinds:
-            subs = rs if keep is None else [r.subset(keep) for r in rs]
+    for overhead, group in groups.items():
+        row: dict[str, Any] = {"overhead": overhead, "cells": len(group)}
+        for kind in group[0]:
+            subs = [cell[kind] for cell in group]
             if all(s.runs for s in subs):
-                d, lo, hi = pooled_delta(subs, "spotwise", ("greedy", "uniform-progress"))
+                d, lo, hi = pooled_delta(subs, "spotwise", _BEST_OF)
                 row[kind] = {"score": _num(d), "ci95": [_num(lo), _num(hi)]}
         rows.append(row)
     return rows
 
 
 def _delta_doc(r: Any) -> dict[str, Any]:
-    d, lo, hi = r.delta("spotwise", ("greedy", "uniform-progress"))
+    d, lo, hi = r.delta("spotwise", _BEST_OF)
     return {"score": _num(d), "ci95": [_num(lo), _num(hi)], "runs": r.runs}
 
 

@@ -156,12 +156,19 @@ class SettingResult:
     def delta(self, policy: str, others: tuple[str, ...]) -> tuple[float, float, float]:
         """Score of `policy` minus the best of `others` (per replicate), with its 95% CI."""
         point = self.score(policy) - max(self.score(o) for o in others)
-        boot = self.boot_scores()
-        if not boot:
+        d = self.delta_replicates(policy, others)
+        if d is None:
             return point, math.nan, math.nan
-        d = boot[policy] - np.max(np.stack([boot[o] for o in others]), axis=0)
         lo, hi = np.quantile(d, [0.025, 0.975])
         return point, float(lo), float(hi)
+
+    def delta_replicates(self, policy: str, others: tuple[str, ...]) -> np.ndarray | None:
+        """`policy`'s score minus the best of `others`, per bootstrap replicate (None with
+        fewer than two clusters)."""
+        boot = self.boot_scores()
+        if not boot:
+            return None
+        return boot[policy] - np.max(np.stack([boot[o] for o in others]), axis=0)
 
     def worse_than(self, policy: str, other: str = "uniform-progress") -> float:
         """Share of windows (%) where `policy` cost more than `other` (by over 1 cent)."""
@@ -483,6 +490,13 @@ def is_multi_zone(case_label: str) -> bool:
     return " zones (" in case_label
 
 
+# The kinds of trace the sweep reports apart, by case label.
+TRACE_KINDS: dict[str, Callable[[str], bool]] = {
+    "single_zone": lambda label: not is_multi_zone(label),
+    "multi_zone": is_multi_zone,
+}
+
+
 def sweep(
     split: Split = Split.TEST, quick: bool = False, windows: int | None = None
 ) -> list[Setting]:
@@ -602,14 +616,9 @@ def pooled_delta(
     clusters in every setting, and averaging replicates across settings is a bootstrap of
     the average. Settings over different clusters give no interval (NaN)."""
     point = float(np.mean([r.delta(policy, others)[0] for r in results]))
-    if len({tuple(sorted(set(r.clusters))) for r in results}) != 1:
+    reps = [d for r in results if (d := r.delta_replicates(policy, others)) is not None]
+    if len({tuple(sorted(set(r.clusters))) for r in results}) != 1 or len(reps) < len(results):
         return point, math.nan, math.nan
-    reps = []
-    for r in results:
-        boot = r.boot_scores()
-        if not boot:
-            return point, math.nan, math.nan
-        reps.append(boot[policy] - np.max(np.stack([boot[o] for o in others]), axis=0))
     lo, hi = np.quantile(np.mean(reps, axis=0), [0.025, 0.975])
     return point, float(lo), float(hi)
 
