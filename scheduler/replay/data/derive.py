@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from scheduler.replay.trace import (
     Convention,
@@ -30,6 +31,19 @@ V100_ZONES = [
     "us-east-1a", "us-east-1c", "us-east-1d", "us-east-1f",
     "us-east-2a", "us-east-2b", "us-west-2a", "us-west-2b", "us-west-2c",
 ]  # fmt: skip
+
+
+def _save(file: str, names: list[str], rows: list[np.ndarray], **fields: ArrayLike) -> None:
+    """One compact trace file: the series' names, their availability bit-packed along time
+    (datasets._unpack reads it back), the tick count, then `fields` in the order given (the
+    order is part of the bytes a rebuild must reproduce)."""
+    np.savez_compressed(
+        HERE / file,
+        names=np.array(names),
+        available=np.packbits(np.array(rows), axis=1),
+        n_ticks=np.int64(len(rows[0])),
+        **fields,  # type: ignore[arg-type]  # the stub fears one of them is allow_pickle
+    )
 
 
 def derive_cbl(root: Path) -> None:
@@ -52,14 +66,8 @@ def derive_cbl(root: Path) -> None:
             raise SystemExit(f"{name}: gap_seconds {g} but timestamps say {measured}")
         gap = g
         rows.append(avail)
-    np.savez_compressed(
-        HERE / "cbl_2022_usw2.npz",
-        names=np.array(CBL_NAMES),
-        available=np.packbits(np.array(rows), axis=1),
-        n_ticks=np.int64(len(rows[0])),
-        gap_seconds=np.float64(gap),
-        start="2022-10-26T22:05:04Z",
-    )
+    _save("cbl_2022_usw2.npz", CBL_NAMES, rows, gap_seconds=np.float64(gap),
+          start="2022-10-26T22:05:04Z")  # fmt: skip
 
 
 LATER_2022_FOLDERS = ("2022-11-28T22-23", "2022-12-13T19-23")  # the raw CSVs' periods
@@ -97,11 +105,10 @@ def derive_cbl_later(root: Path) -> None:
     lengths = {len(r) for r in rows}
     if len(starts) != 1 or len(lengths) != 1:
         raise SystemExit(f"series not aligned: starts {sorted(starts)}, lengths {lengths}")
-    np.savez_compressed(
-        HERE / "cbl_2022_usw2_later.npz",
-        names=np.array(CBL_NAMES),
-        available=np.packbits(np.array(rows), axis=1),
-        n_ticks=np.int64(len(rows[0])),
+    _save(
+        "cbl_2022_usw2_later.npz",
+        CBL_NAMES,
+        rows,
         gap_seconds=np.float64(600),
         start=starts.pop().replace("+00:00", "Z"),
         filled=np.array(sorted(filled), dtype=np.int64),
@@ -126,11 +133,10 @@ def derive_v100(root: Path) -> None:
         price_rows.append(series)
     if len(gaps) != 1 or len(starts) != 1:
         raise SystemExit(f"zones not aligned: gaps {gaps}, starts {starts}")
-    np.savez_compressed(
-        HERE / "v100_2023_9zone.npz",
-        names=np.array(V100_ZONES),
-        available=np.packbits(np.array(rows), axis=1),
-        n_ticks=np.int64(len(rows[0])),
+    _save(
+        "v100_2023_9zone.npz",
+        V100_ZONES,
+        rows,
         spot_price=np.array(price_rows, dtype=np.float32),
         gap_seconds=np.float64(gaps.pop()),
         on_demand_price=np.float64(3.06),
