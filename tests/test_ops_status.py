@@ -275,7 +275,9 @@ def test_the_lease_line_fits_80_columns_and_dates_only_an_older_lease():
 
     now = datetime.now(UTC)
     lease = {"pid": 4194304, "host": "sched-01", "epoch": 12, "status": "running"}
-    line = cli._lease_line({**lease, "since": now - timedelta(seconds=30)})
+    # 30 s ago, but never yesterday: run just after midnight UTC it would print the date
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    line = cli._lease_line({**lease, "since": max(now - timedelta(seconds=30), midnight)})
     assert line is not None and len(line) <= 80, line
     assert re.search(r"holds the lease since \d\d:\d\d:\d\dZ \(\d+s, epoch 12\)$", line)
     old = cli._lease_line({**lease, "since": now - timedelta(days=2)})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -133,18 +134,31 @@ def _probe_csv(path: Path, start: str, fails: list[int], step: int = 600) -> Non
     )
 
 
-def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
-    tmp_path, monkeypatch
-) -> None:
-    """The second period starts 26.6 min after the first's last round: two rounds missing,
-    filled with the state before them and recorded."""
+Probes = Callable[..., None]
+
+
+@pytest.fixture
+def later_probes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Probes:
+    """Writes one series' two later probe periods under tmp_path, and points derive at them
+    (output to tmp_path / "out")."""
     monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
     monkeypatch.setattr(derive, "HERE", tmp_path / "out")
     (tmp_path / "out").mkdir()
     base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    first, second = derive.LATER_2022_FOLDERS
-    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-12-13T18:37:10+00:00", [1, 0, 0])
-    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [1, 0])
+
+    def write(first: tuple[str, list[int]], second: tuple[str, list[int]], step: int = 600):
+        for folder, (start, fails) in zip(derive.LATER_2022_FOLDERS, (first, second), strict=True):
+            _probe_csv(base / folder / "us-west-2a_v100_1.txt", start, fails, step)
+
+    return write
+
+
+def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
+    tmp_path: Path, later_probes: Probes
+) -> None:
+    """The second period starts 26.6 min after the first's last round: two rounds missing,
+    filled with the state before them and recorded."""
+    later_probes(("2022-12-13T18:37:10+00:00", [1, 0, 0]), ("2022-12-13T19:23:44+00:00", [1, 0]))
     derive.derive_cbl_later(tmp_path)
     with np.load(tmp_path / "out/cbl_2022_usw2_later.npz") as doc:
         n = int(doc["n_ticks"])
@@ -153,24 +167,19 @@ def test_derive_joins_the_later_periods_and_fills_the_rounds_missing_between(
     assert avail == [0, 1, 1, 1, 1, 0, 1]  # fail 1 = not available; rounds 3-4 copy round 2
 
 
-def test_derive_refuses_a_seam_it_would_have_to_invent_hours_for(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
-    monkeypatch.setattr(derive, "HERE", tmp_path)
-    base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    first, second = derive.LATER_2022_FOLDERS
-    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-11-28T22:23:37+00:00", [0, 0])
-    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-11-29T22:23:37+00:00", [0, 0])
+def test_derive_refuses_a_seam_it_would_have_to_invent_hours_for(
+    tmp_path: Path, later_probes: Probes
+) -> None:
+    later_probes(("2022-11-28T22:23:37+00:00", [0, 0]), ("2022-11-29T22:23:37+00:00", [0, 0]))
     with pytest.raises(SystemExit, match="142 probe rounds missing"):
         derive.derive_cbl_later(tmp_path)
 
 
-def test_derive_refuses_probe_rounds_that_are_not_600_s_apart(tmp_path, monkeypatch) -> None:
-    monkeypatch.setattr(derive, "CBL_NAMES", ["us-west-2a_v100_1"])
-    monkeypatch.setattr(derive, "HERE", tmp_path)
-    base = tmp_path / "michaelvll-skypilot-spot-strategy/aws-availability-2022"
-    first, second = derive.LATER_2022_FOLDERS
-    _probe_csv(base / first / "us-west-2a_v100_1.txt", "2022-11-28T22:23:37+00:00", [0, 0], 900)
-    _probe_csv(base / second / "us-west-2a_v100_1.txt", "2022-12-13T19:23:44+00:00", [0, 0])
+def test_derive_refuses_probe_rounds_that_are_not_600_s_apart(
+    tmp_path: Path, later_probes: Probes
+) -> None:
+    first, second = ("2022-11-28T22:23:37+00:00", [0, 0]), ("2022-12-13T19:23:44+00:00", [0, 0])
+    later_probes(first, second, step=900)
     with pytest.raises(SystemExit, match="900"):
         derive.derive_cbl_later(tmp_path)
 
