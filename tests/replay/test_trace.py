@@ -184,6 +184,14 @@ def test_derive_refuses_probe_rounds_that_are_not_600_s_apart(
         derive.derive_cbl_later(tmp_path)
 
 
+def test_derive_from_a_wrong_folder_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        derive.main([str(tmp_path)])
+    assert exit_.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith(f"no such file (is {tmp_path} the shared traces folder?)")
+
+
 def test_shipped_2023_v100() -> None:
     t = v100_2023()
     assert t.available.shape == (9, 20158)

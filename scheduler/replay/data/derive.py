@@ -148,9 +148,13 @@ def main(argv: list[str]) -> None:
     if len(argv) != 1:
         raise SystemExit(__doc__)
     root = Path(argv[0])
-    derive_cbl(root)
-    derive_cbl_later(root)
-    derive_v100(root)
+    try:
+        derive_cbl(root)
+        derive_cbl_later(root)
+        derive_v100(root)
+    except FileNotFoundError as e:  # a wrong folder: say which file, not a traceback
+        print(f"{e.filename}: no such file (is {root} the shared traces folder?)", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
