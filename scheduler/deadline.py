@@ -115,8 +115,10 @@ class DeadlinePlanner:
         ctx: PlacementContext,
         current: Action | None = None,
         remaining_overhead: float = 0.0,
+        current_price: float | None = None,
     ) -> DeadlineAdvice:
-        """What the policy wants now; `current` is the running attempt's placement, if any."""
+        """What the policy wants now; `current` is the running attempt's placement, if any,
+        and `current_price` what it pays per hour."""
         rows, reason = candidates(req, cat, replace(ctx, markets=None, spot_zones=None))
         if len(rows) == 0:
             return DeadlineAdvice(None, reason, None)
@@ -132,9 +134,14 @@ class DeadlinePlanner:
         seen = self._zones.setdefault(job.job_id, set())
         seen.update(zone_price)
         if current is not None and current.kind is ActionKind.SPOT and current.zone:
-            # The running attempt's zone may have lost capacity (or this planner is new after
-            # a restart or reload): the policy must still see it, as unavailable.
+            # The running attempt's zone may have no capacity left for new launches: our
+            # instance still runs there (a reclaim arrives as an interruption), so the policy
+            # sees it up at the price the attempt pays, as the price-following controller
+            # keeps an attempt its catalog no longer lists. Shown down, it made the policy
+            # stop a healthy instance to wait for, or bridge to, capacity it already had.
             seen.add(current.zone)
+            if current.zone not in zone_price and current_price is not None:
+                zone_price[current.zone] = current_price
         policy = self._policies.setdefault(job.job_id, get_policy(self.policy_name))
         elapsed = (ctx.now - job.submitted).total_seconds() / 3600
         obs = Observation(

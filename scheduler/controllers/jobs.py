@@ -615,6 +615,7 @@ class JobController:
             ctx,
             current=current,
             remaining_overhead=max(0.0, planner.restart_overhead - ran),
+            current_price=a.price_per_hour,
         )
         if not advice.moves_from(current):
             return
@@ -641,6 +642,7 @@ class JobController:
         ctx: PlacementContext,
         current: Action | None = None,
         remaining_overhead: float = 0.0,
+        current_price: float | None = None,
     ) -> DeadlineAdvice:
         """planner.advise, with the job's policy restored from (and saved to) its PolicyState
         row: what it learned survives restarts and reloads of the daemon."""
@@ -664,7 +666,7 @@ class JobController:
                         planner.restore(job.job_id, state, hours(now - row.updated_at))
                 except (ValueError, TypeError, KeyError):
                     log.warning("job %s: unreadable policy state; starting cold", job.job_id)
-        advice = planner.advise(job, req, cat, ctx, current, remaining_overhead)
+        advice = planner.advise(job, req, cat, ctx, current, remaining_overhead, current_price)
         learned = planner.state(job.job_id)
         if learned is not None:
             mine = s.get(PolicyState, job.job_id) or PolicyState(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
 import pytest
@@ -401,8 +402,6 @@ def test_a_job_whose_affordable_pool_is_backing_off_waits_for_it_not_held(make_w
 @pytest.mark.slow
 def test_deadline_policy_moves_running_job_back_to_spot(make_world):
     """UP runs on-demand while behind; once ahead of its line and spot is back, it moves."""
-    import json
-
     from tests.fakes import offering
 
     od = offering("us-east-1a", price=3.06, market="on-demand")
@@ -542,3 +541,36 @@ def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkey
     w.tick()
     job = w.job(jid)
     assert job.state is JobState.SUCCEEDED and job.progress_step == 7
+
+
+@pytest.mark.parametrize("policy", ["spotwise", "greedy", "uniform-progress"])
+def test_a_deadline_job_keeps_its_spot_instance_when_the_pool_runs_out_of_capacity(
+    make_world, policy
+):
+    """Capacity for new launches gone from the running attempt's pool is not a reclaim of
+    the instance: the job keeps it (seen down, spotwise stopped it to wait for, or bridge
+    to, the capacity it already had; seen on the local market in an 80-column trial)."""
+    from tests.fakes import offering
+
+    spot, od = (
+        offering("us-east-1a", price=0.9),
+        offering("us-east-1a", price=3.06, market="on-demand"),
+    )
+    w = make_world(
+        offerings=[spot, od], policy={"deadline_policy": policy, "restart_overhead": "6m"}
+    )
+    jid = w.submit(gpus="V100:1", gpu_hours=10, deadline="30h")
+    w.tick(n=2)
+    (a,) = w.attempts(jid)
+    assert a.market == "spot" and a.state is AttemptState.RUNNING
+    w.provider.set_offerings([od])  # no spot capacity left in us-east-1a for new launches
+    w.rec.poll_prices()
+    ckpt = w.tmp / "ckpt" / jid
+    ckpt.mkdir(parents=True, exist_ok=True)
+    for half_hours in range(1, 5):  # the job progresses (else the cost guard ends the bet)
+        progress = {"step": 50 * half_hours, "total_steps": 1000}
+        (ckpt / "progress.json").write_text(json.dumps(progress))
+        w.tick(1800)
+    assert not w.events("policy_move")
+    (a,) = w.attempts(jid)
+    assert a.state is AttemptState.RUNNING and a.market == "spot"
