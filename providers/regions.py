@@ -1,6 +1,6 @@
 """The regions each cloud has, for checking a job's `regions` (and a "did you mean").
 
-Every region of the shipped catalogs (scheduler/bench_data/data, providers/local/data) plus
+Every region of the shipped catalogs (scheduler/lab/bench_data/data, providers/local/data) plus
 AWS's public commercial regions (the shipped AWS catalog is a subset). A region a job names
 that is not here can never be placed, so it is refused at load.
 """

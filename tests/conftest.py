@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# The in-memory world most daemon and state tests stand on (a Reconciler over fake clouds).
+pytest_plugins = ("tests.support.world",)
+
 
 @pytest.fixture(autouse=True)
 def _private_state(
@@ -39,27 +42,15 @@ def _restore_logging() -> Iterator[None]:
 
 
 # Real processes, servers, torchrun, campaigns and long property runs: `./dev test -m "not
-# slow"` leaves them out for day-to-day work; CI runs everything. Whole modules are named
-# here; a single test that starts the real CLI or a server, or takes over about 0.7 s on a
-# 2-core machine, carries @pytest.mark.slow itself.
-SLOW = (
-    "tests/postgres/",
-    "tests/test_e2e_local.py",
-    "tests/test_demo.py",
-    "tests/test_campaign.py",
-    "tests/trainer/",
-    "tests/providers/test_local_processes.py",
-    "tests/providers/test_local_robustness.py",
-    "tests/scheduler/test_budget_property.py",
-    "tests/scheduler/test_bench_daemon.py",
-    "tests/test_fuzz.py",
-    "tests/replay/test_bench.py",
-    "tests/replay/test_adrs.py",
-)
+# slow"` leaves them out for day-to-day work; CI runs everything. Slow by folder: the system
+# suites (tests/system/) and the trainer's (real torch and torchrun). A single test elsewhere
+# that starts the real CLI or a server, or takes over about 0.7 s on a 2-core machine,
+# carries @pytest.mark.slow itself (a whole module: `pytestmark = pytest.mark.slow`).
+SLOW_FOLDERS = ("tests/system/", "tests/trainer/")
 
 
 def _slow_path(rel: str) -> bool:
-    return rel.startswith(SLOW) or "daemon" in rel.rsplit("/", 1)[-1]
+    return rel.startswith(SLOW_FOLDERS)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

@@ -23,7 +23,7 @@ log = logging.getLogger("spotwise.providers.aws")
 
 
 class Clock(Protocol):
-    """Anything with now() (scheduler.clock.Clock fits); providers do not import scheduler."""
+    """Anything with now() (scheduler.core.clock.Clock fits); providers do not import scheduler."""
 
     def now(self) -> datetime: ...
 

@@ -16,12 +16,12 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from providers.aws.api import Api, paged
-from providers.aws.catalog import chunks
 from providers.aws.errors import error_code, scrub, translate
+from providers.aws.instance_types import chunks
 from providers.aws.network import Networks
 from providers.aws.notices import InterruptionNotices
+from providers.aws.parse import CLOUD, region_of_zone, to_instance, volume_resource
 from providers.aws.userdata import build_user_data
-from providers.aws.views import CLOUD, region_of_zone, to_instance, volume_resource
 from providers.base import (
     TAG_ATTEMPT,
     TAG_JOB,

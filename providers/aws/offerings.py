@@ -12,10 +12,10 @@ import threading
 from datetime import datetime
 
 from providers.aws.api import Api
-from providers.aws.catalog import GpuType, fetch_gpu_types, fetch_spot_prices, fetch_zones
+from providers.aws.instance_types import GpuType, fetch_gpu_types, fetch_spot_prices, fetch_zones
 from providers.aws.network import Networks
+from providers.aws.parse import CLOUD
 from providers.aws.pricing import OnDemandPrices
-from providers.aws.views import CLOUD
 from providers.base import Market, Offering, ProviderError
 
 

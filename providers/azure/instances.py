@@ -20,8 +20,8 @@ from providers.azure import ttl
 from providers.azure.api import Api, wire
 from providers.azure.errors import error_code, translate
 from providers.azure.offerings import CLOUD, split_zone
+from providers.azure.parse import resource, to_instance, vanished
 from providers.azure.userdata import custom_data
-from providers.azure.views import resource, to_instance, vanished
 from providers.base import (
     TAG_NODE,
     TAG_OWNER,

@@ -36,8 +36,8 @@ from providers.base import (
     pool_key,
 )
 from providers.gcp.api import CLOUD, Api
-from providers.gcp.catalog import parse_shape, shape_name
 from providers.gcp.errors import operation_failure, translate
+from providers.gcp.price_sheet import parse_shape, shape_name
 from providers.gcp.settings import region_of_zone
 from providers.gcp.startup import build_startup_script
 

@@ -12,9 +12,9 @@ import threading
 from datetime import datetime
 
 from providers.base import Market, Offering, ProviderError
-from providers.gcp import catalog, ttl
+from providers.gcp import price_sheet, ttl
 from providers.gcp.api import CLOUD, Api
-from providers.gcp.catalog import PriceBook, Shape, accelerator_key
+from providers.gcp.price_sheet import PriceBook, Shape, accelerator_key
 from providers.gcp.settings import region_of_zone
 
 
@@ -91,17 +91,17 @@ class Offerings:
         t, page = self._api.timeout, ttl.LIST_PAGE_SIZE
         machines = self._api.call(
             "machineTypes.aggregatedList",
-            lambda: catalog.fetch_machine_types(mt_client, s.project, t, page, warn),
+            lambda: price_sheet.fetch_machine_types(mt_client, s.project, t, page, warn),
         )
         accels = self._api.call(
             "acceleratorTypes.aggregatedList",
-            lambda: catalog.fetch_accelerator_types(at_client, s.project, t, page, warn),
+            lambda: price_sheet.fetch_accelerator_types(at_client, s.project, t, page, warn),
         )
         wanted = [
             m for m in machines
             if region_of_zone(m.zone) in s.regions and (not s.zones or m.zone in s.zones)
         ]  # fmt: skip
-        shapes = catalog.shapes(wanted, accels, s.machine_types)
+        shapes = price_sheet.shapes(wanted, accels, s.machine_types)
         if not bad:  # a partial answer is not cached for a day
             self._shapes = (now, shapes, bad)
         return shapes, bad
@@ -112,8 +112,8 @@ class Offerings:
             return self._book[1]
         client = self._api.billing()
         skus = self._api.call(
-            f"cloudbilling list_skus {catalog.BILLING_SERVICE}",
-            lambda: catalog.fetch_skus(client, self._api.timeout, ttl.SKU_PAGE_SIZE),
+            f"cloudbilling list_skus {price_sheet.BILLING_SERVICE}",
+            lambda: price_sheet.fetch_skus(client, self._api.timeout, ttl.SKU_PAGE_SIZE),
         )
         book = PriceBook(skus)
         self._book = (now, book)

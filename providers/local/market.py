@@ -61,8 +61,8 @@ from providers.base import (
     pool_key,
 )
 from providers.local import state
-from providers.local.catalog import CatalogRow, load_catalog
 from providers.local.settings import LocalSettings
+from providers.local.snapshot import CatalogRow, load_catalog
 from providers.local.trace import DEFAULT_TRACE, Trace, load_trace
 
 # Environment a job inherits from the daemon; everything else comes from the request, so the
@@ -150,7 +150,7 @@ class LocalMarket:
         self.settings = settings or LocalSettings()
         self._clock: _Clock = clock or _UTC()
         # The market's timeline (epoch, supervisors' records) is real time unless the clock is
-        # simulated. A clock with `anchor` and `speedup` (scheduler.clock.ScaledClock) is real
+        # simulated. A clock with `anchor` and `speedup` (scheduler.core.clock.ScaledClock) is real
         # time sped up: the timeline stays real and reported times are mapped onto the clock.
         self._scaled = clock is not None and hasattr(clock, "anchor") and hasattr(clock, "speedup")
         self._real = clock is None or type(clock).__name__ == "RealClock" or self._scaled

@@ -63,7 +63,7 @@ class LocalSettings(StrictModel):
         """A subset the shipped catalog does not offer would leave the market empty."""
         if v is None:
             return v
-        from providers.local.catalog import load_catalog
+        from providers.local.snapshot import load_catalog
 
         rows = load_catalog()
         field = "cloud" if info.field_name == "clouds" else "region"

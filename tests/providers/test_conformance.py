@@ -1,13 +1,11 @@
 """The provider conformance suite: every adapter answers the seam's questions the same way.
 
 Parametrised over the in-memory fake (with late visibility), the local market (real
-processes), AWS on moto and GCP on a loopback REST fake; Azure joins by adding a harness
-fixture to HARNESSES.
+processes), AWS on moto, GCP and Azure on their loopback REST fakes.
 """
 
 from __future__ import annotations
 
-import importlib
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,8 +27,11 @@ from providers.base import (
     TaggedResource,
 )
 from providers.fake import FakeCloud
-from tests.fakes import offering
-from tests.providers.harness import OWNER, Harness, StepClock
+from tests.support.aws_harness import aws_harness
+from tests.support.azure_harness import azure_harness
+from tests.support.conformance import OWNER, Harness, StepClock
+from tests.support.fakes import offering
+from tests.support.gcp_harness import gcp_harness
 
 
 def _fake_harness(_: Path) -> Harness:
@@ -61,16 +62,13 @@ def _local_harness(tmp_path: Path) -> Harness:
     return h
 
 
-HARNESSES = {"fake": _fake_harness, "local": _local_harness}
-
-
-# Cloud adapters register their harness when their test package is importable.
-for _cloud in ("aws", "gcp", "azure"):
-    try:
-        _module = importlib.import_module(f"tests.providers.{_cloud}.harness")
-    except ImportError:
-        continue
-    HARNESSES[_cloud] = getattr(_module, f"{_cloud}_harness")
+HARNESSES = {
+    "fake": _fake_harness,
+    "local": _local_harness,
+    "aws": aws_harness,
+    "gcp": gcp_harness,
+    "azure": azure_harness,
+}
 
 
 @pytest.fixture(params=sorted(HARNESSES))

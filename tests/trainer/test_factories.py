@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.trainer.helpers import losses, run_plan, tiny_args
+from tests.support.trainer import losses, run_plan, tiny_args
 from trainer import EXIT_USAGE
 from trainer.__main__ import main
 from trainer.config import ConfigError, TrainerConfig
@@ -18,8 +18,8 @@ from trainer.factories import load
 from trainer.parallel import shard_units
 
 USER = {
-    "model__factory": "tests.trainer.user_factories:build_model",
-    "data__factory": "tests.trainer.user_factories:build_data",
+    "model__factory": "tests.support.user_factories:build_model",
+    "data__factory": "tests.support.user_factories:build_data",
 }
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer.fakes import FakeAzureEvents, FakeGcpMetadata, FakeImds
-from tests.trainer.helpers import (
+from tests.support.metadata_servers import FakeAzureEvents, FakeGcpMetadata, FakeImds
+from tests.support.trainer import (
     REPO,
     env,
     progress,

@@ -18,10 +18,10 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from providers.aws import AwsProvider, AwsSettings
-from providers.aws.views import region_of_zone
+from providers.aws.fake_pricing import FakePricing
+from providers.aws.parse import region_of_zone
 from providers.base import LaunchRequest, Market, Offering, ResourceRef
-from tests.providers.aws.fake_pricing import FakePricing
-from tests.providers.aws.harness import moto_server_url
+from tests.support.aws_harness import moto_server_url
 
 SECRET = "tEsTsEcReT-must-never-be-printed-9f8e7d6c5b4a"
 ACCESS_KEY = "AKIAEXAMPLEKEYID0001"

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from providers.azure import AzureProvider
+from providers.azure.fake_arm import FakeArm
+from providers.azure.fake_prices import FakePrices
 from providers.base import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, LaunchRequest, Offering
-from tests.providers.azure.fake_arm import FakeArm
-from tests.providers.azure.fake_prices import FakePrices
-from tests.providers.azure.harness import fakes, settings_for, t4_offering
+from tests.support.azure_harness import fakes, settings_for, t4_offering
 
 OWNER = "az-test"
 

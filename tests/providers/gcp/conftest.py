@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 
 from providers.gcp import GcpProvider
-from tests.providers.gcp.fake_gcp import FakeGcp
-from tests.providers.gcp.harness import settings
+from providers.gcp.fake import FakeGcp
+from tests.support.gcp_harness import settings
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,0 @@
-"""The daemon's controllers, one concern each, sharing one runtime (database, config, clouds).
-
-`scheduler.reconcile.Reconciler` composes them into the passes APScheduler runs.
-"""

@@ -1,0 +1,303 @@
+"""The daemon's TOML configuration, read with tomllib into typed, validated models.
+
+A bad file gets one message naming the file, the key and (where known) the line; nothing here
+prints a traceback for a user's mistake.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from providers.aws.settings import AwsSettings
+from providers.azure.settings import AzureSettings
+from providers.gcp.settings import GcpSettings
+from providers.local.settings import LocalSettings
+from providers.settings import Duration, Interval, PositiveDuration, StrictModel
+from scheduler.core.budget import BudgetRule, Window
+from scheduler.core.errors import (
+    UserError,
+    clean,
+    format_validation_error,
+    key_lines,
+    mask_urls,
+    parse_toml,
+    read_toml_file,
+    unusable_values,
+)
+from scheduler.core.jobspec import normalise_team
+
+__all__ = ["Config", "key_lines", "load_config", "mask_database_url", "parse_config"]
+
+DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
+
+
+def default_state_dir() -> Path:
+    """$STATE_DIRECTORY (systemd's StateDirectory=), else the XDG state directory."""
+    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd)
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "spotwise"
+
+
+class DaemonSettings(StrictModel):
+    # The database, checkpoints and local instances hang off one directory, found the same
+    # way by the daemon and the CLI: this key, else $STATE_DIRECTORY, else the XDG one.
+    state_dir: Path | None = None
+    database_url: str | None = None  # default: sqlite:///<state_dir>/spotwise.db
+    owner: str = Field(default="spotwise", pattern=r"^[A-Za-z0-9_.-]+$")
+    # Polling intervals (clock time): at least 100 ms, a 0 would spin.
+    reconcile_interval: Interval = timedelta(seconds=5)
+    price_interval: Interval = timedelta(minutes=5)
+    accrue_interval: Interval = timedelta(seconds=30)
+    # How long a pool stays out of placement after a capacity error (0: not at all).
+    unavailable_ttl: Duration = timedelta(minutes=15)
+    # How long a job avoids the pool that just interrupted it (0: not at all).
+    avoid_after_interrupt: Duration = timedelta(minutes=30)
+    # Tagged instances with no live attempt are terminated after this long (> 0: a launch
+    # in flight would otherwise be killed as a leak).
+    leak_grace: PositiveDuration = timedelta(minutes=5)
+    # An attempt that never reports an instance within this time is failed and retried.
+    launch_timeout: PositiveDuration = timedelta(minutes=10)
+    # Time a job needs to checkpoint and stop; budgets keep this much headroom.
+    stop_grace: Duration = timedelta(minutes=2)
+    # Attempts that may be lost or rejected before the job fails; preemptions draw on their
+    # own budget (None: unlimited), as Ray Train's max_failures / max_preemption_failures.
+    max_attempts: int = Field(default=3, ge=1, le=1_000_000)
+    max_preemptions: int | None = Field(default=None, ge=0, le=1_000_000)
+    # A job whose reconcile step fails this many times in a row is FAILED with the reason.
+    quarantine_after: int = Field(default=5, ge=1, le=1_000_000)
+    # Per-job back-off after a failed step or launch: base * 2^n, capped.
+    backoff_base: PositiveDuration = timedelta(seconds=10)
+    backoff_max: PositiveDuration = timedelta(minutes=10)
+    # Every cloud call has a deadline (real seconds): one slow cloud stalls nothing else.
+    call_timeout: PositiveDuration = timedelta(seconds=60)
+    # Retention of history (clock time); finished jobs and their attempts are kept.
+    event_retention: Duration = timedelta(days=90)
+    price_retention: Duration = timedelta(days=30)
+    instance_retention: Duration = timedelta(days=7)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    # Two replicas on one PostgreSQL database (real seconds, judged by the database's clock):
+    # the holder renews every lease_renew; if it has not renewed for lease_deadline it stops
+    # mutating and exits; a standby takes the lease once it is lease_ttl old. Every lease
+    # statement has lease_statement_timeout. Required: statement < renew < deadline < ttl.
+    lease_ttl: PositiveDuration = timedelta(seconds=30)
+    lease_renew: PositiveDuration = timedelta(seconds=10)
+    lease_deadline: PositiveDuration = timedelta(seconds=20)
+    lease_statement_timeout: PositiveDuration = timedelta(seconds=5)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+
+    # Where jobs without their own `checkpoint` URI keep checkpoints: <root>/<job id>.
+    checkpoint_root: str | None = None
+    # The teams jobs may name (lowercase); empty: any team. Jobs naming no team are "default".
+    teams: list[str] = Field(default_factory=list)
+
+    def lease_order_problem(self) -> tuple[str, str, str] | None:
+        """(shorter key, longer key, message) when the lease timings are out of order."""
+        order = (
+            ("lease_statement_timeout", self.lease_statement_timeout),
+            ("lease_renew", self.lease_renew),
+            ("lease_deadline", self.lease_deadline),
+            ("lease_ttl", self.lease_ttl),
+        )
+        for (a, x), (b, y) in itertools.pairwise(order):
+            if not x < y:
+                return (
+                    a,
+                    b,
+                    (
+                        f"daemon.{a} ({x.total_seconds():g}s) must be shorter than daemon.{b} "
+                        f"({y.total_seconds():g}s): the lease needs lease_statement_timeout < "
+                        "lease_renew < lease_deadline < lease_ttl"
+                    ),
+                )
+        return None
+
+    @field_validator("teams")
+    @classmethod
+    def _teams(cls, v: list[str]) -> list[str]:
+        out = [normalise_team(t) for t in v]
+        dupes = sorted({t for t in out if out.count(t) > 1})
+        if dupes:
+            raise ValueError(f"team names must be unique (case is ignored): {', '.join(dupes)}")
+        return out
+
+    def resolved_state_dir(self) -> Path:
+        return (self.state_dir or default_state_dir()).expanduser()
+
+    def resolved_database_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.resolved_state_dir() / 'spotwise.db'}"
+
+    def masked_database_url(self) -> str:
+        """The database URL with any password replaced by ***, for printing."""
+        return mask_database_url(self.resolved_database_url())
+
+    def resolved_checkpoint_root(self) -> str:
+        return self.checkpoint_root or (self.resolved_state_dir() / "checkpoints").as_uri()
+
+
+class ProvidersSettings(StrictModel):
+    local: LocalSettings | None = None
+    aws: AwsSettings | None = None
+    gcp: GcpSettings | None = None
+    azure: AzureSettings | None = None
+
+
+class BudgetSettings(StrictModel):
+    name: str = Field(min_length=1)
+    scope: str = "global"
+    limit_usd: float = Field(gt=0)
+    window: Window = Window.MONTH
+    hard: bool = True
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, v: str) -> str:
+        v = v.strip()
+        if v != "global" and not re.fullmatch(r"(team|job):[\w.-]{1,63}", v):
+            raise ValueError("scope must be 'global', 'team:NAME' or 'job:NAME'")
+        if v.startswith("team:"):  # teams are case-insensitive: 'Research' is 'research'
+            v = "team:" + normalise_team(v[5:])
+        return v
+
+    def rule(self) -> BudgetRule:
+        return BudgetRule(self.name, self.scope, self.limit_usd, self.window, self.hard)
+
+
+class PolicySettings(StrictModel):
+    # Policy for jobs with a deadline (see scheduler/core/policy); jobs without one use
+    # placement only.
+    deadline_policy: str = "spotwise"
+    restart_overhead: Duration = timedelta(minutes=3)
+    spot_interruption_prior: float = Field(default=0.1, ge=0)
+    # Follow prices (scheduler.core.price_moves): a move to a cheaper pool must save this share
+    # of the cost of staying, net of the move, and the attempt must have run this long first.
+    follow_min_saving: float = Field(default=0.2, ge=0)
+    follow_min_gap: Duration = timedelta(minutes=30)
+
+    @field_validator("deadline_policy")
+    @classmethod
+    def _known_policy(cls, v: str) -> str:
+        from scheduler.core.policy import POLICY_NAMES
+
+        if v not in POLICY_NAMES or v == "optimal":
+            names = ", ".join(n for n in POLICY_NAMES if n != "optimal")
+            raise ValueError(f"unknown deadline policy {v!r}; choose one of: {names}")
+        return v
+
+
+class Config(StrictModel):
+    daemon: DaemonSettings = DaemonSettings()
+    providers: ProvidersSettings = ProvidersSettings()
+    budgets: list[BudgetSettings] = Field(default_factory=list)
+    policy: PolicySettings = PolicySettings()
+
+    @model_validator(mode="after")
+    def _checks(self) -> Config:
+        names = [b.name for b in self.budgets]
+        dupes = {n for n in names if names.count(n) > 1}
+        if dupes:
+            raise ValueError(f"budget names must be unique: {', '.join(sorted(dupes))}")
+        d = self.daemon
+        if any(b.hard for b in self.budgets) and d.accrue_interval + d.stop_grace <= timedelta(0):
+            raise ValueError(
+                "daemon.accrue_interval + daemon.stop_grace must be > 0 with a hard budget "
+                "(it is the headroom a job needs to stop before the limit)"
+            )
+        return self
+
+    def with_default_provider(self) -> Config:
+        """No provider configured at all means the embedded local market."""
+        p = self.providers
+        if any(getattr(p, n) is not None for n in ("local", "aws", "gcp", "azure")):
+            return self
+        return self.model_copy(
+            update={"providers": p.model_copy(update={"local": LocalSettings()})}
+        )
+
+    def budget_rules(self) -> list[BudgetRule]:
+        return [b.rule() for b in self.budgets]
+
+
+def find_config(explicit: str | Path | None = None) -> Path | None:
+    """--config, else $SPOTWISE_CONFIG, else ./spotwise.toml, else /etc/spotwise/spotwise.toml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("SPOTWISE_CONFIG")
+    if env:
+        return Path(env)
+    for p in DEFAULT_PATHS:
+        if Path(p).is_file():
+            return Path(p)
+    return None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load and validate; with no file anywhere, the built-in defaults (local market)."""
+    found = find_config(path)
+    if found is None:
+        return Config().with_default_provider()
+    data, text = read_toml_file(found, "config file")
+    return _validate(data, text, str(found))
+
+
+def parse_config(text: str, source: str = "<config>") -> Config:
+    return _validate(parse_toml(text, source), text, source)
+
+
+def _validate(data: dict[str, Any], text: str, source: str) -> Config:
+    lines = key_lines(text)
+    problems = unusable_values(data, lines, source)
+    if problems:
+        raise UserError("\n".join(problems))
+    try:
+        config = Config.model_validate(data).with_default_provider()
+    except ValidationError as e:
+        raise UserError(mask_urls(format_validation_error(e, source, lines))) from None
+    except RecursionError:
+        raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None
+    problems = _cross_checks(config, lines, clean(source, 200))
+    if problems:
+        raise UserError("\n".join(problems))
+    return config
+
+
+def _cross_checks(config: Config, lines: dict[str, int], source: str) -> list[str]:
+    """Checks across sections, reported at the key that is wrong."""
+    out = []
+    lease = config.daemon.lease_order_problem()
+    if lease is not None:
+        short, long, why = lease
+        key = f"daemon.{short}" if f"daemon.{short}" in lines else f"daemon.{long}"
+        where = f"{key} (line {lines[key]})" if key in lines else key
+        out.append(f"{source}: {where}: {why}")
+    teams = config.daemon.teams
+    for i, b in enumerate(config.budgets):
+        team = b.scope[5:] if b.scope.startswith("team:") else None
+        if teams and team is not None and team not in teams:
+            key = f"budgets.{i}.scope"
+            where = f"{key} (line {lines[key]})" if key in lines else key
+            out.append(
+                f"{source}: {where}: team {team!r} is not in daemon.teams"
+                f"{_did_you_mean(team, teams)}; teams: {', '.join(teams)}"
+            )
+    return out
+
+
+def mask_database_url(url: str) -> str:
+    """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db'."""
+    return mask_urls(url)
+
+
+def _did_you_mean(word: str, options: list[str]) -> str:
+    import difflib
+
+    hits = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f" (did you mean {hits[0]!r}?)" if hits else ""

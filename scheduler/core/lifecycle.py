@@ -1,0 +1,182 @@
+"""The job lifecycle as pure functions: no database, no clock reads, no cloud.
+
+The decisions live here, so they can be unit-tested and replayed:
+- `classify_end`: how an attempt ended, from what the cloud said, what the job's wrapper wrote
+  into the checkpoint store (exit code, DONE) and why we had asked it to stop;
+- `classify_gang`: the same for a gang, from what each of its nodes said;
+- `settle`: what the job does next after its latest attempt ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from providers.base import EndReason, FailureKind
+from scheduler.state.models import AttemptEnd, JobState
+from trainer.contract import EXIT_FENCED, EXIT_PREEMPTED
+
+# Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may
+# exit "preempted"; the reason we asked wins).
+STOP_ENDS = {
+    "budget": AttemptEnd.BUDGET,
+    "policy": AttemptEnd.MIGRATED,
+    "price": AttemptEnd.MIGRATED,
+    "launch_timeout": AttemptEnd.LAUNCH_FAILED,
+    "launch_failed": AttemptEnd.LAUNCH_FAILED,  # a gang that did not come up whole
+    "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted
+    "quarantine": AttemptEnd.FAILED,  # the job failed (quarantined): not a user's cancel
+}
+# The stop reason written on a gang when one of its nodes got a notice or ended: the other
+# nodes are told to checkpoint (the trainer's all-reduced stop flag puts every rank on the
+# same step) and the gang is re-placed whole.
+PEER_STOP = "peer"
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """Everything known about an ended instance when its attempt is settled."""
+
+    reason: EndReason | None  # what the cloud said
+    exit_code: int | None  # from the cloud, else from the store's exit record
+    done: bool  # DONE is in the checkpoint store
+    stop_reason: str | None = None  # why we asked it to stop, if we did
+    failure: FailureKind | None = None  # a launch outcome that arrived late
+
+
+def classify_end(e: Ended) -> AttemptEnd:
+    """How an attempt ended. "Exited with no code and no DONE" is an interruption to recover
+    (a trainer that checkpointed on the notice and powered off), never a failure."""
+    if e.failure is not None:
+        if e.failure is FailureKind.REJECTED:
+            return AttemptEnd.REJECTED
+        return AttemptEnd.LAUNCH_FAILED
+    if e.done:
+        return AttemptEnd.FINISHED
+    if e.stop_reason is not None:
+        return STOP_ENDS.get(e.stop_reason, AttemptEnd.CANCELLED)
+    if e.exit_code == 0:
+        # Exited cleanly without DONE: the job does not follow the progress contract; its
+        # own word is that it finished.
+        return AttemptEnd.FINISHED
+    if e.exit_code in (EXIT_PREEMPTED, EXIT_FENCED) or e.reason is EndReason.INTERRUPTED:
+        return AttemptEnd.INTERRUPTED
+    if e.exit_code is not None:
+        return AttemptEnd.FAILED
+    if e.reason is EndReason.EXITED:
+        return AttemptEnd.INTERRUPTED  # powered off with no record: resume from checkpoint
+    if e.reason is EndReason.LAUNCH_FAILED:
+        return AttemptEnd.LAUNCH_FAILED
+    return AttemptEnd.LOST
+
+
+def classify_gang(nodes: Sequence[Ended], stop_reason: str | None = None) -> AttemptEnd:
+    """How a gang attempt ended, once every node has. DONE anywhere is success; a node that
+    never ran makes it a failed launch; our own stop reasons (cancel, budget, policy) win
+    next; then a cloud interruption of any node (the others exit 75 after the common
+    checkpoint, or are lost with it) beats a node's non-zero exit, which fails the job only
+    when no node was taken back by the cloud."""
+    if any(n.done for n in nodes):
+        return AttemptEnd.FINISHED
+    failures = [n.failure for n in nodes if n.failure is not None]
+    if failures:
+        rejected = FailureKind.REJECTED in failures
+        return AttemptEnd.REJECTED if rejected else AttemptEnd.LAUNCH_FAILED
+    if stop_reason is not None and stop_reason != PEER_STOP:
+        return STOP_ENDS.get(stop_reason, AttemptEnd.CANCELLED)
+    if any(n.reason is EndReason.INTERRUPTED for n in nodes):
+        return AttemptEnd.INTERRUPTED
+    ends = [classify_end(replace(n, stop_reason=None)) for n in nodes]
+    if AttemptEnd.FAILED in ends:
+        return AttemptEnd.FAILED
+    if ends and all(e is AttemptEnd.FINISHED for e in ends):
+        return AttemptEnd.FINISHED
+    if AttemptEnd.INTERRUPTED in ends or stop_reason == PEER_STOP:
+        return AttemptEnd.INTERRUPTED
+    return AttemptEnd.LOST
+
+
+def gang_shortfall(up: int, nodes: int, instance_type: str, zone: str, what: str) -> str:
+    """Why a gang could not be placed whole, in the words an operator reads in `status`."""
+    return f"only {up} of {nodes} {instance_type} in {zone} {what}"
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    state: JobState
+    cancel_requested: bool
+    recoveries: int
+    failures: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastAttempt:
+    id: str
+    end: AttemptEnd
+    pool: str
+    exit_code: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    max_attempts: int  # lost or rejected attempts before the job fails
+    max_preemptions: int | None  # None: unlimited
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    state: JobState
+    reason: str
+    event: str  # the audit event kind
+    level: str = "info"
+    recoveries: int = 0  # added to the job's counters
+    failures: int = 0
+
+    @property
+    def placeable(self) -> bool:
+        return self.state in (JobState.PENDING, JobState.RECOVERING)
+
+
+def settle(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
+    """The job's next state after `last` ended."""
+    waiting = JobState.RECOVERING if job.recoveries else JobState.PENDING
+    end = last.end
+    if end is AttemptEnd.FINISHED:  # DONE is in the store: a late cancel changes nothing
+        return Transition(JobState.SUCCEEDED, "finished", "succeeded")
+    if job.cancel_requested or end is AttemptEnd.CANCELLED:
+        return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
+    if end is AttemptEnd.FAILED:
+        why = f"the job exited with code {last.exit_code}"
+        return Transition(JobState.FAILED, why, "failed", "warning")
+    if end is AttemptEnd.BUDGET:
+        return Transition(JobState.HELD, "hard budget exhausted", "held", "warning")
+    if end is AttemptEnd.MIGRATED:
+        return Transition(waiting, "moving to a better offering", "moving")
+    if end is AttemptEnd.LAUNCH_FAILED:
+        why = last.detail or f"no capacity in {last.pool}"
+        return Transition(waiting, why, "launch_failed", "warning")
+    if end is AttemptEnd.INTERRUPTED:
+        if limits.max_preemptions is not None and job.recoveries >= limits.max_preemptions:
+            why = f"gave up after {job.recoveries} preemptions (max_preemptions)"
+            return Transition(JobState.FAILED, why, "failed", "warning")
+        why = f"interrupted on {last.pool}; resuming from its checkpoint"
+        return Transition(JobState.RECOVERING, why, "recovering", "warning", recoveries=1)
+    # LOST or REJECTED: the attempt failed without the job's code failing.
+    failures = job.failures + 1
+    what = "rejected by the cloud" if end is AttemptEnd.REJECTED else "lost"
+    detail = f": {last.detail}" if last.detail else ""
+    if failures >= limits.max_attempts:
+        why = f"{failures} attempts {what} (max_attempts){detail}"
+        return Transition(JobState.FAILED, why, "failed", "warning", failures=1)
+    recover = JobState.RECOVERING if end is AttemptEnd.LOST else waiting
+    return Transition(
+        recover, f"attempt {what}{detail}", f"attempt_{end.value}", "warning", failures=1
+    )
+
+
+def backoff_seconds(failures: int, base: float, cap: float) -> float:
+    """Exponential per-job back-off: base, 2 base, 4 base, ... up to cap."""
+    if failures <= 0:
+        return 0.0
+    return min(cap, base * 2 ** min(failures - 1, 30))

@@ -1,0 +1,135 @@
+"""Stops attempts on request (cancel, budget, policy): terminate by reference, re-ask every
+stop_grace, and for a launch in flight terminate whatever the cloud started under its token.
+A gang's stop terminates every node it still has (one call per provider)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from sqlmodel import col, select
+
+from providers.base import Instance, InstanceState, Provider, ResourceRef
+from scheduler.core.clock import Clock
+from scheduler.core.config import Config
+from scheduler.core.lifecycle import STOP_ENDS
+from scheduler.daemon.controllers.base import LIVE, Clouds, Db, safe_message, terminating
+from scheduler.daemon.controllers.gang import node_refs, nodes_of, record_nodes
+from scheduler.state.audit import emit
+from scheduler.state.models import Attempt, AttemptEnd, AttemptState
+
+
+class StopController:
+    def __init__(
+        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], config: Callable[[], Config]
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self._clouds = clouds
+        self._config = config
+
+    def step(self) -> None:
+        now = self.clock.now()
+        grace = self._config().daemon.stop_grace
+        clouds = self._clouds()
+        with self.db.read() as s:
+            stopping = s.exec(
+                select(Attempt).where(
+                    col(Attempt.state).in_(LIVE),
+                    col(Attempt.stop_requested_at).is_not(None),
+                )
+            ).all()
+            gangs = [a.id for a in stopping if a.nodes > 1]
+            nodes = nodes_of(s, gangs) if gangs else {}
+        terminate: dict[str, tuple[str, Callable]] = {}
+        for a in stopping:
+            if a.instance_id is not None:
+                if a.terminate_sent_at is None or now - a.terminate_sent_at >= grace:
+                    refs = node_refs(nodes.get(a.id, []))
+                    if a.nodes <= 1 and a.instance_id is not None:
+                        refs = [
+                            ResourceRef(
+                                a.instance_id, a.region, a.zone, a.instance_scope, a.started_at
+                            )
+                        ]
+                    if refs:
+                        terminate[a.id] = (a.provider, terminating(refs))
+                continue
+            if a.launch_requested_at is None and not nodes.get(a.id):
+                self._end_unlaunched(a.id, now)  # the cloud was never asked: nothing to stop
+                continue
+            # The cloud was asked and we never heard back (or, for a gang, heard of some nodes
+            # but not node 0): stop and adopt everything started under the token, so each node
+            # is observed to its end and billed until then.
+            terminate[a.id] = (a.provider, lambda p, a=a: _terminate_token(p, a.token, a.region))
+        if not terminate:
+            return
+        results = clouds.gather(terminate)
+
+        def delay_of(name: str):  # type: ignore[no-untyped-def]
+            return clouds.providers[name].capabilities.visibility_delay
+
+        with self.db.write() as s:
+            for attempt_id, r in results.items():
+                got = s.get(Attempt, attempt_id)
+                if got is None or got.state is AttemptState.ENDED:
+                    continue
+                a = got
+                if r.error is not None:
+                    emit(
+                        s,
+                        now,
+                        "terminate_failed",
+                        safe_message(r.error),
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                        level="warning",
+                    )
+                    continue
+                first = a.terminate_sent_at is None
+                a.terminate_sent_at = now
+                s.add(a)
+                if a.instance_id is None:
+                    found = r.value or []
+                    if found:
+                        # Adopt what the cloud started under the token: it is billed from its
+                        # launch and observed until it has ended (every node of a gang).
+                        inst = found[0]
+                        record_nodes(s, a, found if a.nodes > 1 else [inst], now)
+                        a.instance_id, a.instance_scope = inst.id, inst.scope
+                        a.state = AttemptState.STOPPING
+                        if inst.launched_at is not None and a.started_at is None:
+                            a.started_at = a.accrued_until = min(inst.launched_at, now)
+                    elif now - a.launch_requested_at > delay_of(a.provider):  # type: ignore[operator]
+                        a.state, a.ended_at = AttemptState.ENDED, now
+                        a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
+                        a.detail = "stopped before its launch was recorded"
+                if first:
+                    emit(
+                        s,
+                        now,
+                        "stopping",
+                        f"{a.instance_id or a.token}: {a.stop_reason}",
+                        job_id=a.job_id,
+                        attempt_id=a.id,
+                    )
+
+    def _end_unlaunched(self, attempt_id: str, now: datetime) -> None:
+        with self.db.write() as s:
+            a = s.get(Attempt, attempt_id)
+            if a is None or a.state is AttemptState.ENDED or a.launch_requested_at is not None:
+                return
+            a.state, a.ended_at = AttemptState.ENDED, now
+            a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
+            s.add(a)
+
+
+def _terminate_token(provider: Provider, token: str, region: str) -> list[Instance]:
+    """Terminate every instance launched under `token`; returns what was found."""
+    found = [
+        i for i in provider.find_by_token(token, region) if i.state is not InstanceState.NOT_FOUND
+    ]
+    live = [i.ref for i in found if i.live]
+    if live:
+        provider.terminate(live)
+    return found

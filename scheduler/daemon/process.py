@@ -1,0 +1,337 @@
+"""The long-running daemon: APScheduler 3.x drives the passes; signals steer it.
+
+APScheduler holds only timers (in-memory store, fixed job ids); all durable state is in our
+tables. Start-up order matters: signal handlers first (a SIGHUP during start-up must not kill
+it), then ownership (one daemon mutates a database), then the first accrual and budget
+enforcement (a crash loop must not overrun a hard budget), then the first price poll and
+pass, then READY.
+
+Ownership: on SQLite the state-directory lock and the heartbeat row. On PostgreSQL the lease
+(scheduler/state/lease.py): a replica that does not hold it is a standby (READY, STATUS
+"standby", no writes, no cloud calls) until the lease expires; a holder that loses it (taken
+over after a pause, or not renewed within lease_deadline) stops at once and exits
+EXIT_LEASE_LOST, so systemd (Restart=on-failure) starts it again as a standby with nothing of
+its old term left in memory.
+
+SIGTERM stops placing, lets in-flight calls finish and exits 0 (jobs keep running: the daemon
+is not in their data path). SIGHUP reloads the config; keys that need a restart are refused
+with a message, and an invalid file keeps the running config.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlmodel import Session, col, func, select
+
+from scheduler.core.clock import Clock
+from scheduler.core.config import Config, find_config, load_config
+from scheduler.core.errors import UserError
+from scheduler.daemon import systemd
+from scheduler.daemon.metrics import Metrics
+from scheduler.daemon.reconcile import Reconciler
+from scheduler.daemon.wiring import build_providers, clock_for
+from scheduler.state.db import is_postgres, open_db
+from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
+from scheduler.state.models import Attempt, AttemptState, Job, JobState
+
+log = logging.getLogger("spotwise.daemon")
+
+EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: not the user's fault; systemd restarts it as a standby
+
+# Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
+MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
+# Keys a running daemon cannot take on reload (they move its state or identity).
+RESTART_ONLY = (
+    ("daemon", "state_dir"),
+    ("daemon", "database_url"),
+    ("daemon", "owner"),
+    ("daemon", "metrics_port"),
+    ("daemon", "checkpoint_root"),
+    ("daemon", "lease_ttl"),
+    ("daemon", "lease_renew"),
+    ("daemon", "lease_deadline"),
+    ("daemon", "lease_statement_timeout"),
+)
+
+
+def restart_only_changes(old: Config, new: Config) -> list[str]:
+    out = [
+        f"{sec}.{key}"
+        for sec, key in RESTART_ONLY
+        if getattr(getattr(old, sec), key) != getattr(getattr(new, sec), key)
+    ]
+    if old.daemon.resolved_state_dir() != new.daemon.resolved_state_dir():
+        out.append("daemon.state_dir")
+    ol, nl = old.providers.local, new.providers.local
+    if (ol is None) != (nl is None) or (ol and nl and ol.state_dir != nl.state_dir):
+        out.append("providers.local")
+    return sorted(set(out))
+
+
+class Daemon:
+    def __init__(self, config_path: str | Path | None = None, clock: Clock | None = None) -> None:
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._install_handlers()
+        self.config_path = find_config(config_path)
+        self.config: Config = load_config(self.config_path)
+        self._fixed_clock = clock
+        self.clock = clock or clock_for(self.config)
+        d = self.config.daemon
+        url = d.resolved_database_url()
+        self._lost = threading.Event()
+        self.lock: StateLock | None = None
+        self.record: DaemonRecord | None = None
+        self.lease: Lease | None = None
+        if is_postgres(url):
+            # Replicas: the lease decides who mutates. A write session this daemon leaves open
+            # (paused, wedged) ends by the server's idle timeout, or is ended by the standby
+            # that takes the expired lease: it finds the session by the lease's name.
+            timings = LeaseTimings.of(d)
+            self.lease = Lease(url, timings, _version(), on_lost=self._lease_lost)
+            ms = int(timings.deadline * 1000)
+            self.engine = open_db(
+                url,
+                {"idle_in_transaction_session_timeout": ms},
+                application_name=self.lease.session_name,
+            )
+        else:
+            self.lock = StateLock(d.resolved_state_dir())
+            self.lock.acquire()
+            self.engine = open_db(url)
+            stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
+            self.record = DaemonRecord(self.engine, stale)
+            self.record.claim(_version())
+        self.reconciler = Reconciler(
+            self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
+        )
+        self._scheduler: BackgroundScheduler | None = None
+        self.metrics = Metrics()
+        self._last_pass = time.monotonic()
+
+    def _install_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
+        signal.signal(signal.SIGINT, lambda *_: self._stop.set())
+        signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+
+    def _speed(self) -> float:
+        return float(getattr(self.clock, "speedup", 1.0) or 1.0)
+
+    # Each task swallows its own errors: the daemon keeps ticking, and says so.
+    def _run_task(self, name: str) -> None:
+        try:
+            with self.metrics.task_seconds.labels(name).time():
+                if name == "maintain":
+                    self._maintain()
+                else:
+                    getattr(self.reconciler, name)()
+            if name == "reconcile":
+                self._last_pass = time.monotonic()
+                self._beat()
+            if name == "accrue":
+                self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
+        except Exception:
+            self.metrics.task_errors.labels(name).inc()
+            log.exception("task %s failed; will run again on its next tick", name)
+
+    def _beat(self) -> None:
+        status = self._status()
+        if self.lease is not None:
+            self.lease.beat(status)
+        elif self.record is not None:
+            self.record.beat(status)
+        systemd.notify(f"STATUS={status}")
+
+    def _lease_lost(self, why: str) -> None:
+        """Called from whichever thread noticed (cheap, never blocks): stop everything."""
+        self.reconciler.placing = False
+        self._lost.set()
+        self._stop.set()
+
+    def _standby(self) -> bool:
+        """Wait for the lease as a standby; False when asked to stop first."""
+        assert self.lease is not None
+        watchdog = systemd.watchdog_seconds()
+
+        def waiting(hb: Heartbeat | None) -> None:
+            who = f"pid {hb.pid} on {hb.host}" if hb is not None else "nobody reachable"
+            systemd.notify(f"STATUS=standby: the lease is held by {who}")
+            if watchdog:
+                systemd.notify("WATCHDOG=1")
+
+        systemd.notify("READY=1")  # a standby is a healthy state of the service
+        return self.lease.wait_acquire(self._stop, waiting)
+
+    def _status(self) -> str:
+        with Session(self.engine) as s:
+            counts = dict(
+                s.exec(
+                    select(Job.state, func.count())
+                    .where(
+                        col(Job.state).in_(
+                            (
+                                JobState.RUNNING,
+                                JobState.PENDING,
+                                JobState.RECOVERING,
+                                JobState.LAUNCHING,
+                                JobState.HELD,
+                            )
+                        )
+                    )
+                    .group_by(Job.state)
+                ).all()
+            )
+            burn = s.exec(
+                select(
+                    func.coalesce(
+                        func.sum(func.coalesce(Attempt.billed_price, Attempt.price_per_hour)), 0.0
+                    )
+                ).where(col(Attempt.state).in_((AttemptState.RUNNING, AttemptState.STOPPING)))
+            ).one()
+        running = counts.get(JobState.RUNNING, 0) + counts.get(JobState.LAUNCHING, 0)
+        pending = counts.get(JobState.PENDING, 0) + counts.get(JobState.RECOVERING, 0)
+        held = counts.get(JobState.HELD, 0)
+        text = f"{running} running, {pending} pending"
+        if held:
+            text += f", {held} held"
+        return text + f", ${float(burn):.2f}/h"
+
+    def _maintain(self) -> None:
+        """Retention: prune history the daemon no longer needs (events, prices, instances)."""
+        from scheduler.state.retention import prune
+
+        if self.lease is not None:
+            self.lease.guard()  # prune writes outside Db: only a valid holder prunes
+        prune(self.engine, self.clock.now(), self.config.daemon, self.reconciler.providers)
+
+    def _schedule(self) -> None:
+        d = self.config.daemon
+        sched = self._scheduler
+        assert sched is not None
+        # Intervals are in clock time; on the sped-up local market they pass faster, but
+        # never faster than their real-time floor.
+        speed = self._speed()
+        for name, every in (
+            ("poll_prices", d.price_interval),
+            ("reconcile", d.reconcile_interval),
+            ("accrue", d.accrue_interval),
+            ("maintain", timedelta(hours=1)),
+        ):
+            seconds = max(every.total_seconds() / speed, MIN_REAL_SECONDS[name])
+            sched.add_job(
+                self._run_task,
+                "interval",
+                args=[name],
+                id=name,
+                replace_existing=True,
+                seconds=seconds,
+                coalesce=True,
+                max_instances=1,
+                misfire_grace_time=None,
+            )
+
+    def reload(self) -> None:
+        try:
+            new = load_config(self.config_path)
+        except UserError as e:
+            log.error("config reload rejected, keeping the running config: %s", e)
+            return
+        changed = restart_only_changes(self.config, new)
+        if changed:
+            log.error(
+                "config reload rejected: %s cannot change while the daemon runs; "
+                "restart it to apply (keeping the running config)",
+                ", ".join(changed),
+            )
+            return
+        try:
+            providers = build_providers(new)
+        except Exception as e:  # a provider that cannot be built keeps the old ones
+            log.error("config reload rejected: %s", str(e).splitlines()[0] if str(e) else e)
+            return
+        self.config = new
+        self.reconciler.config = new
+        self.reconciler.providers = providers
+        self._schedule()
+        log.info("config reloaded from %s", self.config_path or "defaults")
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        if self.config.daemon.metrics_port is not None:
+            self.metrics.serve(self.config.daemon.metrics_port)
+        if self.lease is not None:
+            if not self._standby():
+                log.info("stopped as a standby")
+                self.lease.close()
+                return 0
+            self.lease.start()
+            log.info("holding the lease (epoch %s): this daemon mutates", self.lease.epoch)
+        systemd.notify("STATUS=first price poll")
+        # Budgets first: a restarted daemon enforces hard limits before it launches anything.
+        self._run_task("poll_prices")
+        self._run_task("accrue")
+        self._run_task("reconcile")
+        self._scheduler = BackgroundScheduler(
+            executors={"default": ThreadPoolExecutor(4)}, timezone="UTC"
+        )
+        self._schedule()
+        self._scheduler.start()
+        systemd.notify("READY=1")
+        log.info("spotwise daemon running (providers: %s)", ", ".join(self.reconciler.providers))
+        watchdog = systemd.watchdog_seconds()
+        while not self._stop.is_set():
+            if self._reload.wait(0.2):
+                self._reload.clear()
+                self.reload()
+            # WATCHDOG follows the loop's liveness (a pass finished recently), not the
+            # slowest cloud call: calls have deadlines, so a live loop always finishes passes.
+            if watchdog and time.monotonic() - self._last_pass < watchdog:
+                systemd.notify("WATCHDOG=1")
+        systemd.notify("STOPPING=1")
+        log.info("stopping: no new placements; waiting for in-flight calls")
+        self.reconciler.placing = False
+        self._scheduler.shutdown(wait=True)
+        if not self._lost.is_set():
+            # The pass that saw an instance end had accrued to its own start, past the end;
+            # the next accrual refunds that. Run it now, or a stopped daemon reports (and
+            # budgets count) spend up to that pass instead of up to the end.
+            self._run_task("accrue")
+        if self.lease is not None:
+            if self._lost.is_set():
+                log.error(
+                    "exiting (%d) after losing the lease: %s; restart to stand by",
+                    EXIT_LEASE_LOST,
+                    self.lease.lost,
+                )
+                self.lease.close()
+                return EXIT_LEASE_LOST
+            self.lease.release()  # after in-flight work: a standby may take over at once
+            self.lease.close()
+        if self.record is not None:
+            self.record.release()
+        if self.lock is not None:
+            self.lock.release()
+        log.info("stopped")
+        return 0
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("spotwise")
+    except Exception:
+        return "unknown"

@@ -1,0 +1,53 @@
+"""Builds the configured provider adapters (the only place that knows every cloud package)."""
+
+from __future__ import annotations
+
+from providers.base import Provider
+from scheduler.core.clock import Clock, RealClock, ScaledClock
+from scheduler.core.config import Config
+
+
+def build_providers(config: Config) -> dict[str, Provider]:
+    """One adapter per configured section; imports are lazy so unused SDKs cost nothing."""
+    out: dict[str, Provider] = {}
+    p = config.providers
+    if p.local is not None:
+        from providers.local.market import LocalMarket
+
+        out["local"] = LocalMarket(local_settings(config), clock=clock_for(config))
+    if p.aws is not None and getattr(p.aws, "enabled", True):
+        from providers.aws.provider import AwsProvider
+
+        out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
+    if p.azure is not None and p.azure.enabled:
+        from providers.azure.provider import AzureProvider
+
+        out["azure"] = AzureProvider(p.azure, owner=config.daemon.owner)
+    if p.gcp is not None and p.gcp.enabled:
+        from providers.gcp.provider import GcpProvider
+
+        out["gcp"] = GcpProvider(p.gcp, owner=config.daemon.owner)
+    return out
+
+
+def local_settings(config: Config):  # type: ignore[no-untyped-def]
+    """The local market's settings, its state under the daemon's state_dir by default."""
+    local = config.providers.local
+    assert local is not None
+    if local.state_dir is not None:
+        return local
+    return local.model_copy(update={"state_dir": config.daemon.resolved_state_dir() / "local"})
+
+
+def clock_for(config: Config) -> Clock:
+    """The daemon's and CLI's clock: the local market's sped-up time when it is the only
+    provider (so its spend and budgets are in market hours), real time otherwise."""
+    p = config.providers
+    local = p.local
+    clouds = (p.aws, p.gcp, p.azure)
+    if local is None or any(c is not None for c in clouds) or local.speedup == 1:
+        return RealClock()
+    from providers.local.state import ensure_epoch
+
+    epoch = ensure_epoch(local_settings(config).resolved_state_dir(), RealClock().now())
+    return ScaledClock(epoch, local.speedup)

@@ -1,0 +1,640 @@
+"""Read models for the CLI: plain dicts (JSON-ready) built from the database and providers.
+
+One field name per concept in every document: `cost_usd` is what a job or attempt has cost,
+`instance_id` the provider's instance id; budgets keep `spent_usd` (a window's spend).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import Enum
+from itertools import chain, cycle
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, col, func, select
+
+from scheduler.core.config import Config
+from scheduler.state.desired import resolve
+from scheduler.state.models import (
+    Attempt,
+    AttemptInstance,
+    AttemptState,
+    BudgetSpend,
+    Event,
+    Job,
+    JobState,
+    SpendBucket,
+)
+
+# Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
+JSON_VERSION = 2
+# Finished jobs older than this are hidden from `status` unless --all (sky --skip-finished).
+FINISHED_VISIBLE = timedelta(hours=1)
+
+
+def document(**fields: Any) -> dict[str, Any]:
+    """Every -o json document starts with its format version, so scripts can check it."""
+    return {"version": JSON_VERSION, **fields}
+
+
+def json_default(value: Any) -> Any:
+    """ISO-8601 UTC for times, plain values for enums."""
+    if isinstance(value, datetime):
+        if value.tzinfo is not UTC:
+            value = value.astimezone(UTC)
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, Enum):
+        return value.value
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedJson:
+    """A value already encoded as `dumps_document` writes it under a top-level key (see
+    `job_rows_json`): inserted as it is."""
+
+    text: str
+
+
+def dumps_document(doc: dict[str, Any]) -> str:
+    """`json.dumps(doc, indent=2, default=json_default)`, byte for byte, with the C encoder
+    for lists of flat rows (dicts of scalars, as `job_rows` builds them): the pure-Python
+    encoder that `indent` selects costs more than building the rows. Any other value is
+    encoded on its own and indented one level (exact: strings never hold a raw newline)."""
+    if not isinstance(doc, dict) or not doc:
+        return json.dumps(doc, indent=2, default=json_default)
+    key_of = json.JSONEncoder().encode
+    pieces = ["{\n"]  # one join: a document's rows can be megabytes, copied once
+    for i, (key, value) in enumerate(doc.items()):
+        pieces += (",\n" if i else "", "  ", key_of(key), ": ", _encode_any(value))
+    pieces.append("\n}")
+    return "".join(pieces)
+
+
+def _encode_any(value: Any) -> str:
+    """One top-level value of a document, as json.dumps(indent=2) writes it at depth 1."""
+    if isinstance(value, EncodedJson):
+        return value.text
+    if _flat_rows(value):
+        return _encode_rows(value)
+    return json.dumps(value, indent=2, default=json_default).replace("\n", "\n  ")
+
+
+def _flat_rows(value: Any) -> bool:
+    """A non-empty list of non-empty dicts whose values encode as JSON scalars."""
+    if not (isinstance(value, list) and value and all(type(r) is dict and r for r in value)):
+        return False
+    kinds = set(map(type, chain.from_iterable(map(dict.values, value))))
+    return not any(issubclass(k, (dict, list, tuple)) for k in kinds)
+
+
+# Inside a flat row the item separator is the only whitespace json.dumps(indent=2) writes at
+# the rows' depth, so one C-encoder call writes every row; rows then differ from that only
+# where one row ends and the next begins ("},<sep>{" occurs nowhere else: values are scalars
+# and an encoded string never holds a raw newline).
+_ROW_SEP = ",\n      "
+_encode_flat = json.JSONEncoder(default=json_default, separators=(_ROW_SEP, ": ")).encode
+
+
+def _encode_rows(rows: list[dict[str, Any]]) -> str:
+    body = _encode_flat(rows)[2:-2].replace("}" + _ROW_SEP + "{", "\n    },\n    {\n      ")
+    return "[\n    {\n      " + body + "\n    }\n  ]"
+
+
+# The encoder escapes every control character inside a string, so in its output this one
+# only ever separates values: one C-encoder call writes a whole table's values.
+_VALUE_SEP = "\x1e"
+_encode_values = json.JSONEncoder(default=json_default, separators=(_VALUE_SEP, ": ")).encode
+
+
+def _encode_table(fields: tuple[str, ...], values: list[Any]) -> str:
+    """Rows of `fields` given as one flat list of scalars (row after row) as `_encode_rows`
+    writes the same rows as dicts: each value encoded by one call, then interleaved with the
+    text that goes before it (its key, and where a row begins, the end of the last)."""
+    if not values:
+        return "[]"
+    encoded = _encode_values(values)[1:-1].split(_VALUE_SEP)
+    key_of = json.JSONEncoder().encode
+    heads = [f"\n    }},\n    {{\n      {key_of(fields[0])}: "]
+    heads += [f",\n      {key_of(f)}: " for f in fields[1:]]
+    pieces = chain.from_iterable(zip(cycle(heads), encoded, strict=False))
+    next(pieces)  # the first row has no row before it to end
+    first = f"[\n    {{\n      {key_of(fields[0])}: "
+    return "".join(chain((first,), pieces, ("\n    }\n  ]",)))
+
+
+def _node_row(n: AttemptInstance) -> dict[str, Any]:
+    return {
+        "node": n.node,
+        "instance_id": n.instance_id,
+        "zone": n.zone,
+        "state": n.state.value if n.state else None,
+        "started_at": n.started_at,
+        "ended_at": n.ended_at,
+        "end_reason": n.end_reason,
+        "exit_code": n.exit_code,
+        "cost_usd": round(n.cost_usd, 6),
+    }
+
+
+def _attempt_row(a: Attempt, nodes: list[AttemptInstance] | None = None) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "number": a.number,
+        "provider": a.provider,
+        "cloud": a.cloud,
+        "region": a.region,
+        "zone": a.zone,
+        "instance_type": a.instance_type,
+        "market": a.market,
+        "pool": a.pool,
+        "price_per_hour": a.price_per_hour,
+        "instance_id": a.instance_id,
+        "state": a.state.value,
+        "created_at": a.created_at,
+        "started_at": a.started_at,
+        "ended_at": a.ended_at,
+        "end_reason": a.end_reason.value if a.end_reason else None,
+        "exit_code": a.exit_code,
+        "cost_usd": round(a.cost_usd, 6),
+        "nodes": a.nodes,
+        "detail": a.detail,
+        # One per node (a gang's N instances, each billed at the price paid).
+        "instances": [_node_row(n) for n in nodes or []],
+    }
+
+
+def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
+    live = current if current is not None and current.state is not AttemptState.ENDED else None
+    return {
+        "id": j.id,
+        "name": j.name,
+        "team": j.team,
+        "state": j.state.value,
+        "reason": j.reason,
+        "cloud": live.cloud if live else None,
+        "region": live.region if live else None,
+        "zone": live.zone if live else None,
+        "instance_type": live.instance_type if live else None,
+        "instance_id": live.instance_id if live else None,
+        "market": live.market if live else None,
+        "price_per_hour": live.price_per_hour if live else None,
+        "cost_usd": round(j.cost_usd, 6),
+        "attempts": j.attempts,
+        "recoveries": j.recoveries,
+        "progress_step": j.progress_step,
+        "total_steps": j.total_steps,
+        "deadline": j.deadline,
+        "checkpoint_uri": j.checkpoint_uri,
+        "created_at": j.created_at,
+        "updated_at": j.updated_at,
+    }
+
+
+def job_rows(
+    engine: Engine,
+    *,
+    states: list[str] | None = None,
+    team: str | None = None,
+    iso_times: bool = False,
+) -> list[dict[str, Any]]:
+    """Jobs with their latest attempt unless it ended, active first, then newest first. One
+    query of plain columns: no ORM object per row, so `status` over tens of thousands of
+    jobs stays fast.
+    `iso_times` gives times as the ISO-8601 text `json_default` writes (for a document
+    encoded at once) instead of datetimes."""
+    rows = _status_rows(engine, states, team)
+    to = _iso if iso_times else _when
+    return [
+        dict(
+            zip(
+                _STATUS_FIELDS,
+                (*r[:12], round(r[12], 6), *r[13:17], to(r[17]), r[18], to(r[19]), to(r[20])),
+                strict=True,
+            )
+        )
+        for r in rows
+    ]
+
+
+def job_rows_json(
+    engine: Engine, *, states: list[str] | None = None, team: str | None = None
+) -> EncodedJson:
+    """`job_rows(iso_times=True)` as `dumps_document` encodes it, a column at a time instead
+    of a dict per row: over 10,000 jobs the dicts cost more than the query."""
+    width = len(_STATUS_FIELDS)
+    values = list(chain.from_iterable(_status_rows(engine, states, team)))
+    for i, name in enumerate(_STATUS_FIELDS):
+        if name == "cost_usd":
+            values[i::width] = [round(x, 6) for x in values[i::width]]
+        elif name in _TIME_FIELDS:
+            values[i::width] = _iso_column(values[i::width])
+    return EncodedJson(_encode_table(_STATUS_FIELDS, values))
+
+
+def _status_rows(
+    engine: Engine, states: list[str] | None, team: str | None
+) -> list[tuple[Any, ...]]:
+    """`_STATUS_FIELDS` per job, times as stored, in status order: active first, then newest
+    first, then by id (ids are unique: the order is total). Sorted here, not by the query:
+    SQLite's sorter would carry every column of every row through a temporary b-tree."""
+    rows = _fetch(engine, _status_query(states, team))
+    rows.sort(key=itemgetter(_STATUS_FIELDS.index("id")))
+    rows.sort(key=itemgetter(_STATUS_FIELDS.index("created_at")), reverse=True)  # stable
+    state = _STATUS_FIELDS.index("state")
+    return [r for r in rows if r[state] not in _TERMINAL] + [
+        r for r in rows if r[state] in _TERMINAL
+    ]
+
+
+def _status_query(states: list[str] | None, team: str | None) -> sa.Select[Any]:
+    jt, at = _table(Job), _table(Attempt)
+    j = jt.c
+    # A job's latest attempt is the one numbered `job.attempts` (both are written in one
+    # transaction: see Attempt.number), found through (job_id, number) per job.
+    live_attempt = at.alias("live")
+    live = live_attempt.c
+    latest = sa.and_(live.job_id == j.id, live.number == j.attempts, _raw(live.state).in_(_LIVE))
+    q = sa.select(  # in the document's field order: see _STATUS_FIELDS
+        j.id,
+        j.name,
+        j.team,
+        _raw(j.state),
+        j.reason,
+        live.cloud,
+        live.region,
+        live.zone,
+        live.instance_type,
+        live.instance_id,
+        live.market,
+        live.price_per_hour,
+        j.cost_usd,
+        j.attempts,
+        j.recoveries,
+        j.progress_step,
+        j.total_steps,
+        _raw(j.deadline),
+        j.checkpoint_uri,
+        _raw(j.created_at),
+        _raw(j.updated_at),
+    ).select_from(jt.outerjoin(live_attempt, latest))
+    if states:
+        q = q.where(_raw(j.state).in_([JobState(x.upper()).value for x in states]))
+    if team:
+        q = q.where(j.team == team.strip().lower())
+    return q
+
+
+def _iso_column(stored: list[Any]) -> list[str | None]:
+    """Stored times as `json_default` writes them. SQLite's text ("YYYY-MM-DD
+    HH:MM:SS.ffffff", checked by a pattern) is rewritten a column at a time: a "T",
+    no zero fraction (isoformat drops it), then "Z". Anything else goes value by value."""
+    present = [x for x in stored if x is not None]
+    if not present:
+        return [None] * len(stored)
+    sep = _VALUE_SEP  # never in a stored time
+    text = sep.join(present) + sep if set(map(type, present)) == {str} else ""
+    if not _STORED_TIMES.fullmatch(text):
+        return [_iso(x) for x in stored]
+    text = text.replace(" ", "T").replace(".000000" + sep, sep)
+    iso: list[str | None] = list(text.replace(sep, "Z" + sep).split(sep)[:-1])
+    if len(present) == len(stored):
+        return iso
+    it = iter(iso)
+    return [None if x is None else next(it) for x in stored]
+
+
+# SQLAlchemy's SQLite DATETIME text, each followed by _VALUE_SEP.
+_STORED_TIMES = re.compile(r"(?:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}\x1e)+", re.ASCII)
+
+_STATUS_FIELDS = (
+    "id",
+    "name",
+    "team",
+    "state",
+    "reason",
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "instance_id",
+    "market",
+    "price_per_hour",
+    "cost_usd",
+    "attempts",
+    "recoveries",
+    "progress_step",
+    "total_steps",
+    "deadline",
+    "checkpoint_uri",
+    "created_at",
+    "updated_at",
+)
+
+
+def _fetch(engine: Engine, q: sa.Select[Any]) -> list[tuple[Any, ...]]:
+    """The query's rows as the driver returns them (no Row objects, no result processing:
+    the selected columns need none, see `_raw`)."""
+    with engine.connect() as c:
+        compiled = q.compile(dialect=c.dialect, compile_kwargs={"render_postcompile": True})
+        params: Any = compiled.params
+        if compiled.positiontup is not None:
+            params = tuple(params[k] for k in compiled.positiontup)
+        cur = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cur.execute(str(compiled), params)
+            return list(cur.fetchall())
+        finally:
+            cur.close()
+
+
+def _when(value: Any) -> datetime | None:
+    """A stored UTC time as an aware datetime (SQLite returns text, others naive values)."""
+    if value is None:
+        return None
+    if type(value) is str:
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return _aware(value)
+
+
+def _iso(value: Any) -> str | None:
+    """A stored UTC time as `json_default` writes it."""
+    when = _when(value)
+    return None if when is None else str(json_default(when))
+
+
+_LIVE = [x.value for x in AttemptState if x is not AttemptState.ENDED]
+_TERMINAL = frozenset(x.value for x in JobState if x.terminal)
+_TIME_FIELDS = frozenset({"deadline", "created_at", "updated_at"})
+
+
+def _table(model: type) -> sa.Table:
+    table: sa.Table = model.__table__  # type: ignore[attr-defined]
+    return table
+
+
+def _raw(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
+    """The stored value without the model's type conversion (enum text, UTC times): the
+    row builder converts only what it shows, much faster than per-column TypeDecorators."""
+    return sa.type_coerce(column, sa.String())
+
+
+def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[str, Any]], int]:
+    """The rows a person wants by default: finished jobs only while recent. Returns the rows
+    kept and how many were left out (so the table can say so)."""
+    cutoff = now - FINISHED_VISIBLE
+    kept = [r for r in rows if not JobState(r["state"]).terminal or r["updated_at"] >= cutoff]
+    return kept, len(rows) - len(kept)
+
+
+def _event_row(e: Event) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "at": e.at,
+        "level": e.level,
+        "kind": e.kind,
+        "job_id": e.job_id,
+        "attempt_id": e.attempt_id,
+        "message": e.message,
+    }
+
+
+# Where each cloud's instance wrapper (providers/*/userdata.py, startup.py) writes the job's
+# output: on the instance's disk, not uploaded anywhere.
+_CLOUD_LOG = "/var/log/spotwise/job.log"
+_CONSOLE = {
+    "aws": "aws ec2 get-console-output --region {region} --instance-id {id}",
+    "gcp": "gcloud compute instances get-serial-port-output {id} --zone {zone}",
+    "azure": "az vm boot-diagnostics get-boot-log --ids {id}",
+}
+
+
+def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
+    """Where an attempt's stdout and stderr are: files this machine can read (the local
+    market) or, for a cloud instance, where the wrapper left them and how to get the console."""
+    iid = a.get("instance_id")
+    if not iid:
+        return {"available": False, "note": "the attempt never got an instance"}
+    if a.get("provider") == "local":
+        d = local_instance_dir(config, iid)
+        return {
+            "available": True,
+            "dir": str(d),
+            "stdout": str(d / "stdout.log"),
+            "stderr": str(d / "stderr.log"),
+        }
+    console = _CONSOLE.get(a.get("cloud") or "", "")
+    note = (
+        f"stdout and stderr are in {_CLOUD_LOG} on {a.get('cloud')} instance {iid} (not "
+        "uploaded; gone once the instance is deleted)"
+    )
+    return {
+        "available": False,
+        "path_on_instance": _CLOUD_LOG,
+        "console_command": console.format(id=iid, region=a.get("region"), zone=a.get("zone"))
+        if console
+        else None,
+        "note": note,
+    }
+
+
+def local_instance_dir(config: Config | None, instance_id: str) -> Path:
+    """LocalMarket.instance_dir without starting a market (no trace load, no mkdir)."""
+    from scheduler.daemon.wiring import local_settings
+
+    if config is not None and config.providers.local is not None:
+        root = local_settings(config).resolved_state_dir()
+    else:  # the market was configured away since: its default place under state_dir
+        root = (config or Config()).daemon.resolved_state_dir() / "local"
+    return root / "instances" / instance_id
+
+
+def tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a text file (reads at most the last 64 KiB)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(size - 65536, 0))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()[-lines:]
+
+
+def job_detail(engine: Engine, ref: str, config: Config | None = None) -> dict[str, Any]:
+    with Session(engine) as s:
+        job = resolve(s, ref)
+        attempts = s.exec(
+            select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
+        ).all()
+        events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
+        nodes: dict[str, list[AttemptInstance]] = {}
+        for n in s.exec(
+            select(AttemptInstance)
+            .where(col(AttemptInstance.attempt_id).in_([a.id for a in attempts]))
+            .order_by(col(AttemptInstance.node))
+        ).all():
+            nodes.setdefault(n.attempt_id, []).append(n)
+        row = _job_row(job, attempts[-1] if attempts else None)
+        return {
+            "job": row,
+            "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a.id))) for a in attempts],
+            "events": [_event_row(e) for e in events],
+        }
+
+
+def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
+    row["logs"] = attempt_logs(config, row)
+    return row
+
+
+def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, Any]]:
+    with Session(engine) as s:
+        q = select(Event)
+        if job:
+            q = q.where(Event.job_id == resolve(s, job).id)
+        rows = s.exec(q.order_by(col(Event.id).desc()).limit(limit)).all()
+        return [_event_row(e) for e in reversed(rows)]
+
+
+def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
+    """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
+    the spend at the end of the current window (`projected_to`) if today's burn goes on; a
+    "total" budget has no end, so it has no projection."""
+    from scheduler.core.budget import window_end
+
+    with Session(engine) as s:
+        spent = {b.name: b for b in s.exec(select(BudgetSpend)).all()}
+    rows = []
+    for b in config.budgets:
+        row = spent.get(b.name)
+        used = row.spent_usd if row else 0.0
+        burn = row.burn_per_hour if row else 0.0
+        end = window_end(b.window, now)
+        left_h = max(0.0, (end - now).total_seconds() / 3600.0) if end else 0.0
+        rows.append(
+            {
+                "name": b.name,
+                "scope": b.scope,
+                "window": b.window.value,
+                "window_start": row.window_start if row else None,
+                "limit_usd": b.limit_usd,
+                "hard": b.hard,
+                "spent_usd": round(used, 6),
+                "burn_per_hour": round(burn, 6),
+                "projected_usd": round(used + burn * left_h, 6) if end else None,
+                "projected_to": end,
+                "state": row.state if row else "ok",
+                "updated_at": row.updated_at if row else None,
+            }
+        )
+    return rows
+
+
+COST_GROUPS = ("team", "job", "cloud", "day")
+
+
+def cost_rows(
+    engine: Engine, by: str, since: datetime | None, until: datetime | None
+) -> list[dict[str, Any]]:
+    """What was spent, grouped, from the hourly spend buckets budgets use (so the report and
+    the budgets always agree). An hour's bucket counts when any of its hour is in the window."""
+    key = {
+        "team": col(SpendBucket.team),
+        "job": col(SpendBucket.job_id),
+        "cloud": col(SpendBucket.cloud),
+        "day": func.date(col(SpendBucket.hour)),
+    }[by]
+    # sqlalchemy's select: sqlmodel's is typed for at most four columns.
+    q = sa.select(
+        key,
+        func.max(SpendBucket.job_name),
+        func.sum(SpendBucket.usd),
+        func.count(func.distinct(SpendBucket.job_id)),
+        func.min(SpendBucket.hour),
+        func.max(SpendBucket.hour),
+    )
+    if since is not None:
+        q = q.where(col(SpendBucket.hour) > since - timedelta(hours=1))
+    if until is not None:
+        q = q.where(col(SpendBucket.hour) < until)
+    with Session(engine) as s:
+        found = s.execute(q.group_by(key)).all()
+    rows = [
+        {
+            by: str(k) if k is not None else "",
+            **({"name": name} if by == "job" else {}),
+            "cost_usd": round(float(usd or 0.0), 6),
+            "jobs": int(n),
+            "first_hour": _aware(first),
+            "last_hour": _aware(last),
+        }
+        for k, name, usd, n, first, last in found
+    ]
+    rows.sort(key=lambda r: (r[by] if by == "day" else -r["cost_usd"], r[by]))
+    return rows
+
+
+def _aware(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def live_offerings(
+    config: Config, *, gpu: str | None, cloud: str | None, market: str | None
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Ask each configured provider for its offerings now (not the daemon's cached catalog)."""
+    from scheduler.daemon.wiring import build_providers
+
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for name, provider in build_providers(config).items():
+        if cloud and name != cloud and name != "local":
+            continue
+        try:
+            offerings = provider.offerings()
+        except Exception as e:
+            problems.append(f"{name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+            continue
+        drain = getattr(provider, "drain_events", None)
+        if callable(drain):
+            for m in drain():  # ProviderEvents; their messages may name the cloud already
+                text = str(getattr(m, "message", m))
+                problems.append(text if text.startswith(f"{name}:") else f"{name}: {text}")
+        for o in offerings:
+            if cloud and o.cloud != cloud:
+                continue
+            if gpu and o.gpu_model.upper() != gpu.upper():
+                continue
+            if market and o.market.value != market:
+                continue
+            rows.append(
+                {
+                    "provider": name,
+                    "cloud": o.cloud,
+                    "region": o.region,
+                    "zone": o.zone,
+                    "instance_type": o.instance_type,
+                    "gpu_model": o.gpu_model,
+                    "gpu_count": o.gpu_count,
+                    "gpu_memory_gb": o.gpu_memory_gb,
+                    "vcpus": o.vcpus,
+                    "memory_gb": o.memory_gb,
+                    "market": o.market.value,
+                    "price_per_hour": o.price_per_hour,
+                    "seen_at": o.seen_at,
+                }
+            )
+    rows.sort(key=lambda r: (r["price_per_hour"], r["cloud"], r["zone"]))
+    return rows, problems

@@ -1,0 +1,63 @@
+"""Operator actions on stuck jobs: release a HELD job, requeue a FAILED one.
+
+Both only write desired state (PENDING or RECOVERING, with a reason and an event); the
+daemon's JobController places such jobs on its next pass, so the CLI never talks to a cloud.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.engine import Engine
+from sqlmodel import Session
+
+from scheduler.core.errors import UserError
+from scheduler.state.audit import emit
+from scheduler.state.desired import resolve
+from scheduler.state.models import Job, JobState
+
+
+def _runnable_state(job: Job) -> JobState:
+    # A job that was preempted before resumes from its checkpoint: RECOVERING says so.
+    return JobState.RECOVERING if job.recoveries else JobState.PENDING
+
+
+def release(engine: Engine, ref: str, now: datetime) -> Job:
+    """A HELD job back to the queue. A hard budget that still binds holds it again on the
+    daemon's next pass (with that reason), so release never overruns a budget."""
+    with Session(engine) as s:
+        job = resolve(s, ref)
+        if job.state is not JobState.HELD:
+            raise UserError(
+                f"job {job.id} is {job.state.value}, not HELD"
+                + (": use 'spotwise requeue'" if job.state is JobState.FAILED else "")
+            )
+        job.state, job.reason, job.updated_at = _runnable_state(job), "released by user", now
+        job.held_budget = job.held_window_start = job.held_limit_usd = None
+        s.add(job)
+        emit(s, now, "released", "released by user", job_id=job.id)
+        s.commit()
+        s.refresh(job)
+        return job
+
+
+def requeue(engine: Engine, ref: str, now: datetime) -> Job:
+    """A FAILED job back to PENDING with fresh failure counters (max_attempts, backoff and
+    quarantine count again from zero). settled_attempt is kept: the attempt that failed is
+    already accounted for and must not be settled a second time."""
+    with Session(engine) as s:
+        job = resolve(s, ref)
+        if job.state is not JobState.FAILED:
+            raise UserError(
+                f"job {job.id} is {job.state.value}, not FAILED"
+                + (": use 'spotwise release'" if job.state is JobState.HELD else "")
+            )
+        job.state, job.reason, job.updated_at = JobState.PENDING, "requeued by user", now
+        job.not_before = None
+        job.step_failures, job.last_error, job.failures = 0, "", 0
+        job.cancel_requested = False
+        s.add(job)
+        emit(s, now, "requeued", "requeued by user", job_id=job.id)
+        s.commit()
+        s.refresh(job)
+        return job
