@@ -173,9 +173,8 @@ def _alarm(signum, frame):  # type: ignore[no-untyped-def]
 
 
 def run_in_process(path: Path, kind: str, hang_s: float) -> tuple[str, str]:
-    from scheduler.core.config import load_config
     from scheduler.core.errors import UserError
-    from scheduler.core.jobspec import load_jobspec
+    from scheduler.state.files import load_config, load_jobspec
 
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, hang_s)

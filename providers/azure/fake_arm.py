@@ -99,7 +99,7 @@ class FakeArm:
             self.res["virtualmachines"][(rg.lower(), name.lower())]["_power"] = "PowerState/stopped"
 
     def leak(self, rg: str, type_: str, name: str, tags: dict[str, str], location: str) -> None:
-        doc = {
+        doc: dict[str, Any] = {
             "id": self.rid(rg, type_, name),
             "name": name,
             "location": location,
@@ -187,10 +187,10 @@ class FakeArm:
                 if op["in_progress"] > 0:
                     op["in_progress"] -= 1
                     return 200, {"status": "InProgress"}, {}
-                doc = {"status": op["status"]}
+                status: dict[str, Any] = {"status": op["status"]}
                 if op["error"]:
-                    doc["error"] = op["error"]
-                return 200, doc, {}
+                    status["error"] = op["error"]
+                return 200, status, {}
             if _SKUS.match(path):
                 flt = (query.get("$filter") or [""])[0]
                 loc = re.search(r"location eq '([^']+)'", flt)
@@ -255,7 +255,7 @@ class FakeArm:
         props = dict(body.get("properties") or {})
         if type_ == "virtualmachines":
             return self._put_vm(rg, name, body, doc)
-        out = {
+        out: dict[str, Any] = {
             "id": rid,
             "name": name,
             "type": "/".join(_TYPES[type_]),
@@ -372,8 +372,8 @@ class FakeArm:
                 ]
 
         self.pending.append(settle)
-        err = {"code": failure[0], "message": failure[1]} if failure else None
-        op = self._op("Failed" if failure else "Succeeded", err)
+        problem = {"code": failure[0], "message": failure[1]} if failure else None
+        op = self._op("Failed" if failure else "Succeeded", problem)
         return 201, self._view(vm, False), {"Azure-AsyncOperation": op}
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:

@@ -40,7 +40,7 @@ CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "catalog" / "azu
 
 @functools.cache
 def figures() -> dict[tuple[str, str], tuple[float, float, int, float, float]]:
-    out = dict(FALLBACK)
+    out: dict[tuple[str, str], tuple[float, float, int, float, float]] = dict(FALLBACK)
     for path in (CSV, Path("/work/shared/data/catalog/azure_vms.csv")):
         if not path.is_file():
             continue

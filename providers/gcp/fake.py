@@ -264,7 +264,7 @@ class FakeGcp:
         if status == "DONE":
             op["endTime"] = now
         op.update(extra)
-        self.ops[(zone, op["name"])] = op
+        self.ops[(zone, str(op["name"]))] = op
         return op
 
     def preempt(self, name: str, action: str = "DELETE") -> None:

@@ -146,8 +146,18 @@ class LocalMarket:
         leaves_resources=False,
     )
 
-    def __init__(self, settings: LocalSettings | None = None, clock: _Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: LocalSettings | None = None,
+        clock: _Clock | None = None,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        """`read_only`: a market to read offerings and instances from, for commands that must
+        not write: no directory, epoch or market.json is created (a market that never ran
+        starts its time now, in memory only). Launching from it is a programming error."""
         self.settings = settings or LocalSettings()
+        self.read_only = read_only
         self._clock: _Clock = clock or _UTC()
         # The market's timeline (epoch, supervisors' records) is real time unless the clock is
         # simulated. A clock with `anchor` and `speedup` (scheduler.core.clock.ScaledClock) is real
@@ -161,28 +171,11 @@ class LocalMarket:
         self._events: list[ProviderEvent] = []
         self._warned: set[tuple[str, str]] = set()
         self.trace: Trace = load_trace(self.settings.trace)
-        # Supervisors watch the trace themselves only when market time is real time; under a
-        # simulated clock this object requests the interruptions (describe/poll).
-        self_watch = self._real
-        try:
-            self.instances_dir.mkdir(parents=True, exist_ok=True)
-            if not self.live_dir.is_dir():
-                self._build_live_markers()
-            epoch = state.ensure_epoch(self.state_dir, self._axis_now())
+        if read_only:
+            epoch = state.read_epoch(self.state_dir) or self._axis_now()
             self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
-            state.write_json(
-                self.state_dir / "market.json",
-                {
-                    "speedup": self.settings.speedup,
-                    "trace": self.settings.trace,
-                    "trace_start_s": self.time.trace_start_s,
-                    "self_watch": self_watch,
-                },
-            )
-        except OSError as e:
-            raise FatalError(
-                f"providers.local.state_dir {self.state_dir} is not usable: {e.strerror or e}"
-            ) from e
+        else:
+            self.time = self._open_state_dir(self_watch=self._real)
         clouds, regions = self.settings.clouds, self.settings.regions
         self._rows = [
             r
@@ -190,6 +183,32 @@ class LocalMarket:
             if (clouds is None or r.cloud in clouds) and (regions is None or r.region in regions)
         ]
         self._by_key = {(r.cloud, r.zone, r.instance_type): r for r in self._rows}
+
+    def _open_state_dir(self, *, self_watch: bool) -> state.MarketTime:
+        """Create the state directory's layout, set the epoch once, and record the market's
+        settings for the supervisors. Supervisors watch the trace themselves (`self_watch`)
+        only when market time is real time; under a simulated clock this object requests the
+        interruptions (describe/poll)."""
+        try:
+            self.instances_dir.mkdir(parents=True, exist_ok=True)
+            if not self.live_dir.is_dir():
+                self._build_live_markers()
+            epoch = state.ensure_epoch(self.state_dir, self._axis_now())
+            time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
+            state.write_json(
+                self.state_dir / "market.json",
+                {
+                    "speedup": self.settings.speedup,
+                    "trace": self.settings.trace,
+                    "trace_start_s": time.trace_start_s,
+                    "self_watch": self_watch,
+                },
+            )
+        except OSError as e:
+            raise FatalError(
+                f"providers.local.state_dir {self.state_dir} is not usable: {e.strerror or e}"
+            ) from e
+        return time
 
     def _build_live_markers(self) -> None:
         """Once per state_dir (or after an upgrade): the hot set and the ended index from a

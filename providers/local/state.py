@@ -217,6 +217,19 @@ def ensure_epoch(state_dir: Path, now: datetime) -> datetime:
     return now
 
 
+def read_epoch(state_dir: Path) -> datetime | None:
+    """The market's time origin if a market has set one, else None; never writes (what read
+    commands use: they must not create the state they only look at)."""
+    try:
+        text = (state_dir / "epoch").read_text().strip()
+    except OSError:
+        return None
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class MarketTime:
     """market offset (seconds into the trace) = trace_start + (now - epoch) * speedup."""

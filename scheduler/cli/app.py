@@ -19,13 +19,12 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from scheduler.core.config import load_config
 from scheduler.core.errors import UserError
-from scheduler.core.jobspec import load_jobspec
-from scheduler.daemon.wiring import clock_for
+from scheduler.core.states import JobState
+from scheduler.daemon.wiring import build_providers, clock_for
 from scheduler.state import read_models
 from scheduler.state.db import open_existing, redact_url
-from scheduler.state.models import JobState
+from scheduler.state.files import load_config, load_jobspec
 
 
 def _bench_command(name: str) -> Any:
@@ -220,7 +219,7 @@ def submit(
     output: OutputOpt = Output.table,
 ) -> None:
     """Validate and enqueue a job; prints its id."""
-    from scheduler.core.jobspec import check_team
+    from scheduler.core.config import check_team
     from scheduler.state.desired import submit as submit_job
 
     spec = load_jobspec(job_file)
@@ -776,7 +775,8 @@ def logs(
     def running() -> bool:
         from sqlmodel import Session
 
-        from scheduler.state.models import Attempt, AttemptState
+        from scheduler.core.states import AttemptState
+        from scheduler.state.models import Attempt
 
         with Session(engine) as s:
             row = s.get(Attempt, attempt_id)
@@ -859,7 +859,9 @@ def prices(
 ) -> None:
     """Current offerings from the configured providers, cheapest first."""
     cfg = load_config(config)
-    rows, problems = read_models.live_offerings(cfg, gpu=gpu, cloud=cloud, market=market)
+    rows, problems = read_models.live_offerings(
+        build_providers(cfg), gpu=gpu, cloud=cloud, market=market
+    )
     for p in problems:
         err.print(f"warning: {p}", markup=False, highlight=False)
     if output is Output.json:
@@ -996,7 +998,7 @@ def report(
     start, end = _since(since, now), _since(until, now)
     rules = cfg.budget_rules()
     facts = rep.load(engine, start, end, now, rules)
-    offerings, problems = rep.ondemand_offerings(cfg)
+    offerings, problems = rep.ondemand_offerings(build_providers(cfg))
     doc = rep.build(facts, offerings, rules, by.value, since=start, until=end, problems=problems)
     if html is not None:
         from scheduler.cli.report_html import render

@@ -28,14 +28,11 @@ from scheduler.core.errors import (
     key_lines,
     mask_urls,
     parse_toml,
-    read_toml_file,
     unusable_values,
 )
-from scheduler.core.jobspec import normalise_team
+from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
 
-__all__ = ["Config", "key_lines", "load_config", "mask_database_url", "parse_config"]
-
-DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
+__all__ = ["Config", "key_lines", "mask_database_url", "parse_config"]
 
 
 def default_state_dir() -> Path:
@@ -226,33 +223,12 @@ class Config(StrictModel):
         return [b.rule() for b in self.budgets]
 
 
-def find_config(explicit: str | Path | None = None) -> Path | None:
-    """--config, else $SPOTWISE_CONFIG, else ./spotwise.toml, else /etc/spotwise/spotwise.toml."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("SPOTWISE_CONFIG")
-    if env:
-        return Path(env)
-    for p in DEFAULT_PATHS:
-        if Path(p).is_file():
-            return Path(p)
-    return None
-
-
-def load_config(path: str | Path | None = None) -> Config:
-    """Load and validate; with no file anywhere, the built-in defaults (local market)."""
-    found = find_config(path)
-    if found is None:
-        return Config().with_default_provider()
-    data, text = read_toml_file(found, "config file")
-    return _validate(data, text, str(found))
-
-
 def parse_config(text: str, source: str = "<config>") -> Config:
-    return _validate(parse_toml(text, source), text, source)
+    return config_from_toml(parse_toml(text, source), text, source)
 
 
-def _validate(data: dict[str, Any], text: str, source: str) -> Config:
+def config_from_toml(data: dict[str, Any], text: str, source: str) -> Config:
+    """A Config from parsed TOML (`data`) and its `text` (for line numbers in messages)."""
     lines = key_lines(text)
     problems = unusable_values(data, lines, source)
     if problems:
@@ -301,3 +277,27 @@ def _did_you_mean(word: str, options: list[str]) -> str:
 
     hits = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
     return f" (did you mean {hits[0]!r}?)" if hits else ""
+
+
+def check_team(spec: JobSpec, config: Config, source: str = "<job>") -> None:
+    """When the config declares `[daemon] teams`, a job must name one of them (UserError).
+
+    A job that names no team is in team 'default', which is always accepted (only global
+    budgets apply to it). Names are compared normalised ('Research' is 'research').
+    """
+    teams = list(config.daemon.teams)
+    if not teams or spec.team == DEFAULT_TEAM or spec.team in teams:
+        return
+    raise UserError(
+        f"{clean(source, 200)}: team: unknown team {spec.team!r}"
+        f"{_did_you_mean(spec.team, teams)}; the config's teams: {', '.join(teams)}"
+    )
+
+
+def local_settings(config: Config) -> LocalSettings:
+    """The local market's settings, its state under the daemon's state_dir by default."""
+    local = config.providers.local
+    assert local is not None
+    if local.state_dir is not None:
+        return local
+    return local.model_copy(update={"state_dir": config.daemon.resolved_state_dir() / "local"})

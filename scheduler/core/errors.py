@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-import stat
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,36 +55,6 @@ def format_validation_error(
             msg = "required key is missing"
         out.append(f"{clean(source, 200)}: {where}: {clean(msg, 400)}")
     return "\n".join(dict.fromkeys(out))  # a problem reported twice is shown once
-
-
-MAX_FILE_BYTES = 10 * 1024 * 1024
-
-
-def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
-    try:
-        st = path.stat()
-        if stat.S_ISDIR(st.st_mode):
-            raise IsADirectoryError
-        if not stat.S_ISREG(st.st_mode):  # a FIFO or /dev/zero would never end
-            raise UserError(f"{path}: not a regular file")
-        if st.st_size > MAX_FILE_BYTES:
-            raise UserError(f"{path}: {st.st_size:,} bytes is too large for a {what}")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such {what}") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, not a {what}") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise UserError(
-            f"{path}: not a text file (invalid UTF-8 at byte {e.start}); "
-            "a config or job file is TOML text"
-        ) from None
-    return parse_toml(text, str(path)), text
 
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -26,13 +25,11 @@ from scheduler.core.errors import (
     UserError,
     clean,
     format_validation_error,
-    key_lines,
-    read_toml_file,
     unusable_values,
 )
 
 if TYPE_CHECKING:
-    from scheduler.core.config import Config
+    pass
 
 
 class SpotPreference(StrEnum):
@@ -330,28 +327,6 @@ class JobSpec(BaseModel):
             raise UserError(
                 f"{clean(source, 200)}: deadline: {due.isoformat()} is more than 10 years away"
             )
-
-
-def check_team(spec: JobSpec, config: Config, source: str = "<job>") -> None:
-    """When the config declares `[daemon] teams`, a job must name one of them (UserError).
-
-    A job that names no team is in team 'default', which is always accepted (only global
-    budgets apply to it). Names are compared normalised ('Research' is 'research').
-    """
-    teams = list(config.daemon.teams)
-    if not teams or spec.team == DEFAULT_TEAM or spec.team in teams:
-        return
-    raise UserError(
-        f"{clean(source, 200)}: team: unknown team {spec.team!r}"
-        f"{_did_you_mean(spec.team, teams)}; the config's teams: {', '.join(teams)}"
-    )
-
-
-def load_jobspec(path: str | Path) -> JobSpec:
-    """Read and validate a job file; every problem becomes one UserError naming file and key."""
-    path = Path(path)
-    data, text = read_toml_file(path, "job file")
-    return jobspec_from_dict(data, source=str(path), lines=key_lines(text))
 
 
 def jobspec_from_dict(

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from providers.base import EndReason, FailureKind
-from scheduler.state.models import AttemptEnd, JobState
+from scheduler.core.states import AttemptEnd, JobState
 from trainer.contract import EXIT_FENCED, EXIT_PREEMPTED
 
 # Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may

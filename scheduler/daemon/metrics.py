@@ -6,7 +6,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, func, select
 
-from scheduler.state.models import BudgetSpend, Job, JobState
+from scheduler.core.states import JobState
+from scheduler.state.models import BudgetSpend, Job
 
 
 class Metrics:

@@ -32,15 +32,17 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlmodel import Session, col, func, select
 
 from scheduler.core.clock import Clock
-from scheduler.core.config import Config, find_config, load_config
+from scheduler.core.config import Config
 from scheduler.core.errors import UserError
+from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon import systemd
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for
 from scheduler.state.db import is_postgres, open_db
+from scheduler.state.files import find_config, load_config
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
-from scheduler.state.models import Attempt, AttemptState, Job, JobState
+from scheduler.state.models import Attempt, Job
 
 log = logging.getLogger("spotwise.daemon")
 

@@ -19,17 +19,9 @@ from providers.base import Provider
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
+from scheduler.core.states import AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
-from scheduler.daemon.controllers.base import (
-    CatalogHolder,
-    Clouds,
-    CrashForTest,
-    Db,
-    Fence,
-    FencedStores,
-    Steps,
-    hours,
-)
+from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
 from scheduler.daemon.controllers.instances import InstanceController
 from scheduler.daemon.controllers.jobs import JobController
 from scheduler.daemon.controllers.launches import LaunchController
@@ -37,9 +29,10 @@ from scheduler.daemon.controllers.leaks import LeakController
 from scheduler.daemon.controllers.prices import PriceController
 from scheduler.daemon.controllers.spend import SpendController
 from scheduler.daemon.controllers.stopping import StopController
-from scheduler.state.models import Attempt, AttemptState
+from scheduler.daemon.hooks_for_tests import CrashForTest, Steps
+from scheduler.state.models import Attempt
 
-__all__ = ["CatalogHolder", "CrashForTest", "Reconciler"]
+__all__ = ["CatalogHolder", "Reconciler"]
 
 log = logging.getLogger("spotwise.reconcile")
 

@@ -4,17 +4,22 @@ from __future__ import annotations
 
 from providers.base import Provider
 from scheduler.core.clock import Clock, RealClock, ScaledClock
-from scheduler.core.config import Config
+from scheduler.core.config import Config, local_settings
 
 
-def build_providers(config: Config) -> dict[str, Provider]:
-    """One adapter per configured section; imports are lazy so unused SDKs cost nothing."""
+def build_providers(config: Config, *, read_only: bool = False) -> dict[str, Provider]:
+    """One adapter per configured section; imports are lazy so unused SDKs cost nothing.
+    `read_only` (read commands): the local market creates nothing in its state directory."""
     out: dict[str, Provider] = {}
     p = config.providers
     if p.local is not None:
         from providers.local.market import LocalMarket
 
-        out["local"] = LocalMarket(local_settings(config), clock=clock_for(config))
+        out["local"] = LocalMarket(
+            local_settings(config),
+            clock=clock_for(config, read_only=read_only),
+            read_only=read_only,
+        )
     if p.aws is not None and getattr(p.aws, "enabled", True):
         from providers.aws.provider import AwsProvider
 
@@ -30,24 +35,18 @@ def build_providers(config: Config) -> dict[str, Provider]:
     return out
 
 
-def local_settings(config: Config):  # type: ignore[no-untyped-def]
-    """The local market's settings, its state under the daemon's state_dir by default."""
-    local = config.providers.local
-    assert local is not None
-    if local.state_dir is not None:
-        return local
-    return local.model_copy(update={"state_dir": config.daemon.resolved_state_dir() / "local"})
-
-
-def clock_for(config: Config) -> Clock:
+def clock_for(config: Config, *, read_only: bool = False) -> Clock:
     """The daemon's and CLI's clock: the local market's sped-up time when it is the only
-    provider (so its spend and budgets are in market hours), real time otherwise."""
+    provider (so its spend and budgets are in market hours), real time otherwise.
+    `read_only` (read commands): the market's epoch is read, never created; before any
+    market ran, market time starts now."""
     p = config.providers
     local = p.local
     clouds = (p.aws, p.gcp, p.azure)
     if local is None or any(c is not None for c in clouds) or local.speedup == 1:
         return RealClock()
-    from providers.local.state import ensure_epoch
+    from providers.local.state import ensure_epoch, read_epoch
 
-    epoch = ensure_epoch(local_settings(config).resolved_state_dir(), RealClock().now())
+    state_dir, now = local_settings(config).resolved_state_dir(), RealClock().now()
+    epoch = (read_epoch(state_dir) or now) if read_only else ensure_epoch(state_dir, now)
     return ScaledClock(epoch, local.speedup)

@@ -4,7 +4,7 @@ Measures what an operator pays for the daemon itself: CPU per reconcile pass (an
 for the pass that launches every pending job and for a steady pass, the `status -o json`
 read, and the idle daemon's CPU and memory over a history of finished jobs. Same code and
 the default configuration the daemon runs; no warm caches (each size starts from an empty
-database). Targets from the Core v2 issue are printed next to each figure.
+database). The targets it was built to meet are printed next to each figure.
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ from providers.base import EndReason, Market, Offering
 from providers.fake import FakeCloud
 from scheduler.core.clock import SimClock
 from scheduler.core.config import Config, DaemonSettings
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state import read_models
 from scheduler.state.db import open_db, open_existing
 from scheduler.state.desired import new_job_id
-from scheduler.state.models import Attempt, AttemptEnd, AttemptState, Job, JobState, SpendBucket
+from scheduler.state.models import Attempt, Job, SpendBucket
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 SPEC = json.dumps({"name": "bench", "team": "default", "command": ["train"], "gpus": ["V100:1"]})

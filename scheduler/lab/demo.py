@@ -31,10 +31,11 @@ from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config, parse_config
 from scheduler.core.jobspec import JobSpec, jobspec_from_dict
 from scheduler.core.placement import PlacementContext, Requirements, place
+from scheduler.core.states import AttemptEnd, JobState
 from scheduler.daemon.wiring import clock_for
 from scheduler.state.db import open_db
 from scheduler.state.desired import cancel, submit
-from scheduler.state.models import Attempt, AttemptEnd, Job, JobState
+from scheduler.state.models import Attempt, Job
 from scheduler.state.read_models import job_rows
 
 # Generous: on a loaded machine every attempt's start (importing torch) is slower, so the job

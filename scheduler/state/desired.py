@@ -10,8 +10,9 @@ from sqlmodel import Session, col, select
 
 from scheduler.core.errors import UserError
 from scheduler.core.jobspec import JobSpec
+from scheduler.core.states import JobState
 from scheduler.state.audit import emit
-from scheduler.state.models import Job, JobState
+from scheduler.state.models import Job
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 

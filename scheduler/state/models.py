@@ -14,6 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
+
 
 class UTCDateTime(TypeDecorator):
     """Stores naive UTC, returns aware UTC: SQLite keeps no time zones."""
@@ -55,40 +57,6 @@ class EnumText(TypeDecorator):
 
 def _enum(enum: type[StrEnum], default: Any = None, **kw: Any) -> Any:
     return Field(default=default, sa_type=EnumText(enum), **kw)
-
-
-class JobState(StrEnum):
-    PENDING = "PENDING"
-    LAUNCHING = "LAUNCHING"
-    RUNNING = "RUNNING"
-    RECOVERING = "RECOVERING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    HELD = "HELD"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
-
-
-class AttemptState(StrEnum):
-    LAUNCHING = "LAUNCHING"  # intent written; the cloud may or may not have the instance yet
-    RUNNING = "RUNNING"  # instance id known
-    STOPPING = "STOPPING"  # we asked it to stop (cancel, budget); waiting for it to end
-    ENDED = "ENDED"
-
-
-class AttemptEnd(StrEnum):
-    INTERRUPTED = "interrupted"  # the cloud took it back (or the job exited "preempted")
-    FINISHED = "finished"
-    FAILED = "failed"  # the job's command failed (non-zero exit)
-    CANCELLED = "cancelled"
-    BUDGET = "budget"
-    MIGRATED = "migrated"  # stopped by a policy to run elsewhere
-    LAUNCH_FAILED = "launch_failed"  # capacity or quota: the pool was wrong
-    REJECTED = "rejected"  # the cloud refused the request itself: the job is wrong
-    LOST = "lost"  # the instance vanished and left no outcome
 
 
 class Job(SQLModel, table=True):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
@@ -20,18 +21,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from scheduler.core.config import Config
+from providers.base import Provider
+from scheduler.core.config import Config, local_settings
+from scheduler.core.states import AttemptState, JobState
 from scheduler.state.desired import resolve
-from scheduler.state.models import (
-    Attempt,
-    AttemptInstance,
-    AttemptState,
-    BudgetSpend,
-    Event,
-    Job,
-    JobState,
-    SpendBucket,
-)
+from scheduler.state.models import Attempt, AttemptInstance, BudgetSpend, Event, Job, SpendBucket
 
 # Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
 JSON_VERSION = 2
@@ -447,8 +441,6 @@ def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
 
 def local_instance_dir(config: Config | None, instance_id: str) -> Path:
     """LocalMarket.instance_dir without starting a market (no trace load, no mkdir)."""
-    from scheduler.daemon.wiring import local_settings
-
     if config is not None and config.providers.local is not None:
         root = local_settings(config).resolved_state_dir()
     else:  # the market was configured away since: its default place under state_dir
@@ -592,14 +584,12 @@ def _aware(value: Any) -> datetime | None:
 
 
 def live_offerings(
-    config: Config, *, gpu: str | None, cloud: str | None, market: str | None
+    providers: Mapping[str, Provider], *, gpu: str | None, cloud: str | None, market: str | None
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Ask each configured provider for its offerings now (not the daemon's cached catalog)."""
-    from scheduler.daemon.wiring import build_providers
-
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
-    for name, provider in build_providers(config).items():
+    for name, provider in providers.items():
         if cloud and name != cloud and name != "local":
             continue
         try:

@@ -19,7 +19,7 @@ Definitions (also printed as the report's footnotes):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -29,12 +29,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
-from providers.base import Market, Offering
+from providers.base import Market, Offering, Provider
 from scheduler.core.budget import BudgetRule, Window, window_start
 from scheduler.core.catalog import Catalog
 from scheduler.core.jobspec import JobSpec, SpotPreference
 from scheduler.core.placement import PlacementContext, Requirements, candidates
-from scheduler.state.models import Attempt, AttemptEnd, Job, PriceSample, SpendBucket
+from scheduler.core.states import AttemptEnd
+from scheduler.state.models import Attempt, Job, PriceSample, SpendBucket
 
 GROUPS = ("job", "team", "cloud")
 HOUR = timedelta(hours=1)
@@ -225,14 +226,12 @@ def _spend_before(s: Session, kind: Window, start: datetime) -> dict[tuple[str, 
     return {(n, t): float(u or 0.0) for n, t, u in rows}
 
 
-def ondemand_offerings(config: Any) -> tuple[list[Offering], list[str]]:
-    """The on-demand offerings every configured provider lists now, and one line per
+def ondemand_offerings(providers: Mapping[str, Provider]) -> tuple[list[Offering], list[str]]:
+    """The on-demand offerings the configured `providers` list now, and one line per
     provider that could not be asked (its jobs are then compared only where others fit)."""
-    from scheduler.daemon.wiring import build_providers
-
     found: list[Offering] = []
     problems: list[str] = []
-    for name, provider in build_providers(config).items():
+    for name, provider in providers.items():
         try:
             offerings = provider.offerings()
         except Exception as e:  # one unreachable cloud does not stop the report

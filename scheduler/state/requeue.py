@@ -12,9 +12,10 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session
 
 from scheduler.core.errors import UserError
+from scheduler.core.states import JobState
 from scheduler.state.audit import emit
 from scheduler.state.desired import resolve
-from scheduler.state.models import Job, JobState
+from scheduler.state.models import Job
 
 
 def _runnable_state(job: Job) -> JobState:

@@ -12,7 +12,8 @@ from sqlalchemy.engine import Engine
 
 from providers.base import Provider
 from scheduler.core.config import DaemonSettings
-from scheduler.state.models import Event, Job, JobState, PolicyState, PriceSample
+from scheduler.core.states import JobState
+from scheduler.state.models import Event, Job, PolicyState, PriceSample
 
 log = logging.getLogger("spotwise.retention")
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 4: the cost report, from the same hourly buckets the budgets sum."""
+"""The cost report, from the same hourly buckets the budgets sum."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 2: job logs through the CLI, and the daemon's own log lines."""
+"""Job logs through the CLI, and the daemon's own log lines."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
-from scheduler.core.config import load_config
+from scheduler.core.config import local_settings
 from scheduler.core.errors import UserError
 from scheduler.daemon.logs import configure, journal_attached, redact, resolve_level
-from scheduler.daemon.wiring import local_settings
 from scheduler.state import read_models
 from scheduler.state.audit import emit
+from scheduler.state.files import load_config
 from scheduler.state.models import Attempt
 from tests.support.ops_world import make_ops_world
 

@@ -1,4 +1,4 @@
-"""Issue 13 item 4: `spotwise report` (spend vs the cheapest adequate on-demand, savings,
+"""`spotwise report` (spend vs the cheapest adequate on-demand, savings,
 interruptions, GPU-hours; HTML with plots) and `budget`'s PROJECTED to the window's end."""
 
 from __future__ import annotations
@@ -20,16 +20,10 @@ from providers.local.snapshot import load_catalog
 from scheduler.cli import app as cli
 from scheduler.core.budget import BudgetRule, Window, window_end
 from scheduler.core.jobspec import jobspec_from_dict
+from scheduler.core.states import AttemptEnd, AttemptState
 from scheduler.state import read_models
 from scheduler.state.desired import submit
-from scheduler.state.models import (
-    Attempt,
-    AttemptEnd,
-    AttemptState,
-    BudgetSpend,
-    PriceSample,
-    SpendBucket,
-)
+from scheduler.state.models import Attempt, BudgetSpend, PriceSample, SpendBucket
 from scheduler.state.report import (
     BucketFact,
     Facts,

@@ -1,4 +1,4 @@
-"""Issue 13 item 3: status reads on any terminal, and the operator commands around it."""
+"""Status reads on any terminal, and the operator commands around it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
 from scheduler.core.errors import UserError
+from scheduler.core.states import JobState
 from scheduler.state import read_models
-from scheduler.state.models import JobState
 from scheduler.state.requeue import release, requeue
 from tests.support.ops_world import LONG_NAME, LONG_REASON, make_ops_world
 

@@ -9,9 +9,10 @@ from datetime import timedelta
 
 import pytest
 
-from scheduler.core.config import load_config, parse_config
+from scheduler.core.config import parse_config
 from scheduler.core.errors import UserError
 from scheduler.core.jobspec import jobspec_from_dict, parse_gpu
+from scheduler.state.files import load_config
 
 GOOD = """
 [daemon]
@@ -140,7 +141,7 @@ def test_shipped_examples_validate():
     root = __import__("pathlib").Path(__file__).resolve().parents[2] / "deploy"
     cfg = load_config(root / "spotwise.toml")
     assert cfg.providers.local is not None and len(cfg.budgets) == 2
-    from scheduler.core.jobspec import load_jobspec
+    from scheduler.state.files import load_jobspec
 
     names = {load_jobspec(p).name for p in sorted((root / "jobs").glob("*.toml"))}
     assert names == {"llama-finetune", "tiny-trainer", "tiny-gang"}
@@ -221,7 +222,7 @@ def test_team_budget_scope_is_case_insensitive():
 def test_huge_values_are_refused_quickly(tmp_path, line):
     import time
 
-    from scheduler.core.jobspec import load_jobspec
+    from scheduler.state.files import load_jobspec
 
     for text in (line, "[daemon]\n" + line):
         t = time.monotonic()
@@ -243,7 +244,7 @@ def test_huge_values_are_refused_quickly(tmp_path, line):
     ],
 )
 def test_unreadable_files(tmp_path, data, expected):
-    from scheduler.core.jobspec import load_jobspec
+    from scheduler.state.files import load_jobspec
 
     f = tmp_path / "f.toml"
     f.write_bytes(data)

@@ -15,9 +15,10 @@ import pytest
 
 from providers import gpus
 from providers.local.snapshot import load_catalog
-from scheduler.core.config import parse_config
+from scheduler.core.config import check_team, parse_config
 from scheduler.core.errors import UserError
-from scheduler.core.jobspec import GpuSpec, check_team, load_jobspec, parse_gpu
+from scheduler.core.jobspec import GpuSpec, parse_gpu
+from scheduler.state.files import load_jobspec
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = 'name = "x"\ncommand = ["train"]\n'

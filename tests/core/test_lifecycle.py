@@ -14,7 +14,7 @@ from scheduler.core.lifecycle import (
     classify_end,
     settle,
 )
-from scheduler.state.models import AttemptEnd, JobState
+from scheduler.core.states import AttemptEnd, JobState
 
 LIMITS = Limits(max_attempts=3, max_preemptions=None)
 

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from scheduler.daemon.controllers.base import _CollectorPause
-from scheduler.daemon.reconcile import CrashForTest, Reconciler
+from scheduler.daemon.hooks_for_tests import CrashForTest
+from scheduler.daemon.reconcile import Reconciler
 
 
 def test_collection_is_paused_inside_and_resumed_after_even_on_error() -> None:

@@ -18,18 +18,12 @@ from providers.base import (
 from scheduler.core.clock import SimClock
 from scheduler.core.config import Config, DaemonSettings
 from scheduler.core.placement import PlacementContext, Requirements, expected_cost, gang_rate, place
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError
-from scheduler.daemon.reconcile import CrashForTest, Reconciler
+from scheduler.daemon.hooks_for_tests import CrashForTest
+from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.db import open_db
-from scheduler.state.models import (
-    Attempt,
-    AttemptEnd,
-    AttemptInstance,
-    AttemptState,
-    BudgetSpend,
-    JobState,
-    PoolState,
-)
+from scheduler.state.models import Attempt, AttemptInstance, BudgetSpend, PoolState
 from tests.support.fakes import NOW, FakeProvider, offering
 from tests.support.world import World
 from trainer import contract

@@ -16,9 +16,9 @@ from providers.base import EndReason, Market
 from scheduler.core.catalog import Catalog
 from scheduler.core.jobspec import SpotPreference, parse_gpu
 from scheduler.core.placement import Candidates, PlacementContext, Requirements, place
+from scheduler.core.states import JobState
 from scheduler.daemon.controllers.jobs import JobController
 from scheduler.state import read_models
-from scheduler.state.models import JobState
 from tests.support.fakes import NOW, offering
 
 
@@ -77,7 +77,8 @@ def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_wo
     """60 instances interrupted at once (a zone reclaimed): one pass records every end and
     settles every job in a handful of commits (it was two per job), and each job is
     RECOVERING with its attempt billed up to the end and its pool's interruption counted."""
-    from scheduler.state.models import AttemptEnd, PoolState
+    from scheduler.core.states import AttemptEnd
+    from scheduler.state.models import PoolState
 
     w = make_world()
     ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(60)]
@@ -103,8 +104,8 @@ def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_wo
 def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_world, monkeypatch):
     """The batch that holds a bad attempt is written again one by one: the others end and
     settle this pass; the bad one is retried (and ends) on a later pass."""
+    from scheduler.core.states import AttemptState
     from scheduler.daemon.controllers.instances import InstanceController
-    from scheduler.state.models import AttemptState
 
     w = make_world()
     ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(6)]
@@ -212,7 +213,8 @@ def test_status_rows_with_iso_times_are_what_json_default_writes_in_time_order(m
     not by text (".5Z" sorts before "Z" as text but is later)."""
     from sqlmodel import Session
 
-    from scheduler.state.models import Attempt, AttemptState, Job
+    from scheduler.core.states import AttemptState
+    from scheduler.state.models import Attempt, Job
 
     w = make_world()
     whole = w.submit(name="whole", gpus="V100:1")
@@ -293,7 +295,8 @@ def test_status_json_is_the_rows_json_dumps_writes_byte_for_byte(make_world):
 def test_status_rows_are_active_first_then_newest_then_by_id_with_the_latest_attempt(make_world):
     from sqlmodel import Session, select
 
-    from scheduler.state.models import Attempt, AttemptState, Job
+    from scheduler.core.states import AttemptState
+    from scheduler.state.models import Attempt, Job
 
     w, _ = _status_world(make_world)
     with Session(w.rec.engine) as s:

@@ -7,7 +7,8 @@ import pytest
 from sqlmodel import Session, select
 
 from scheduler.core.price_moves import Alternative, MoveCosts, Running, decide, move_cost
-from scheduler.state.models import AttemptEnd, AttemptState, SpendBucket
+from scheduler.core.states import AttemptEnd, AttemptState
+from scheduler.state.models import SpendBucket
 from tests.support.fakes import offering
 
 COSTS = MoveCosts(restart_overhead_hours=0.05, checkpoint_hours=0.01, lost_work_hours=1 / 12)

@@ -1,4 +1,4 @@
-"""Core v2's promises, each driven through the real controllers over the in-memory cloud:
+"""The daemon's promises, each driven through the real controllers over the in-memory cloud:
 no lost job, one bad job never hurts another, spend at the price paid, no double launch."""
 
 from __future__ import annotations
@@ -18,19 +18,13 @@ from providers.base import (
     Market,
 )
 from providers.fake import FakeCloud
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError
 from scheduler.daemon.controllers.base import hours
-from scheduler.daemon.reconcile import CrashForTest, Reconciler
+from scheduler.daemon.hooks_for_tests import CrashForTest
+from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.desired import cancel
-from scheduler.state.models import (
-    Attempt,
-    AttemptEnd,
-    AttemptState,
-    Event,
-    Job,
-    JobState,
-    SpendBucket,
-)
+from scheduler.state.models import Attempt, Event, Job, SpendBucket
 from tests.support.fakes import offering
 from trainer import contract
 

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 
 from providers.base import CapacityUnavailable, EndReason, FatalError, Throttled
-from scheduler.daemon.reconcile import CrashForTest, Reconciler
-from scheduler.state.models import AttemptEnd, AttemptState, JobState
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
+from scheduler.daemon.hooks_for_tests import CrashForTest
+from scheduler.daemon.reconcile import Reconciler
 
 
 def test_places_on_cheapest_and_succeeds(make_world):

@@ -1,4 +1,4 @@
-"""Issue 13 item 1: `spotwise service install` and a hardened unit (systemd-analyze checks)."""
+"""`spotwise service install` and a hardened unit (systemd-analyze checks)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
-from scheduler.core.config import load_config
 from scheduler.core.errors import UserError
 from scheduler.daemon import service
+from scheduler.state.files import load_config
 
 REPO = Path(__file__).resolve().parents[2]
 UNIT = REPO / "deploy" / "spotwise.service"

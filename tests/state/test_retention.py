@@ -7,8 +7,9 @@ from datetime import timedelta
 from sqlmodel import Session, select
 
 from scheduler.core.config import DaemonSettings
+from scheduler.core.states import JobState
 from scheduler.state.db import open_db
-from scheduler.state.models import Event, Job, JobState, PolicyState, PriceSample
+from scheduler.state.models import Event, Job, PolicyState, PriceSample
 from scheduler.state.retention import prune
 from tests.support.fakes import NOW
 

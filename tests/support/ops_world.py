@@ -10,10 +10,11 @@ from pathlib import Path
 from sqlmodel import Session
 
 from scheduler.core.jobspec import jobspec_from_dict
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.state.db import open_db
 from scheduler.state.desired import submit
 from scheduler.state.lease import DaemonRecord
-from scheduler.state.models import Attempt, AttemptEnd, AttemptState, Job, JobState
+from scheduler.state.models import Attempt, Job
 
 LONG_NAME = "llama-70b-finetune-with-a-very-long-descriptive-name"
 LONG_REASON = (

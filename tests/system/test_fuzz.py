@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.config import load_config, parse_config
+from scheduler.core.config import parse_config
 from scheduler.core.errors import UserError
-from scheduler.core.jobspec import load_jobspec
+from scheduler.state.files import load_config, load_jobspec
 
 FUZZ = settings(
     max_examples=300,

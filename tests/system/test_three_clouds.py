@@ -525,8 +525,8 @@ def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
     from providers.gcp import GcpProvider
     from providers.local import LocalMarket, LocalSettings
     from scheduler.core.catalog import Catalog
-    from scheduler.core.jobspec import load_jobspec
     from scheduler.core.placement import PlacementContext, Requirements, candidates, place
+    from scheduler.state.files import load_jobspec
     from tests.providers.gcp import fake_gcp
     from tests.support.azure_harness import settings_for
     from tests.support.gcp_harness import settings as gcp_settings
@@ -612,7 +612,8 @@ def test_deploy_config_documents_every_key_of_the_three_cloud_sections() -> None
     from providers.aws.settings import AwsSettings
     from providers.azure.settings import AzureSettings
     from providers.gcp.settings import GcpSettings
-    from scheduler.core.config import load_config, parse_config
+    from scheduler.core.config import parse_config
+    from scheduler.state.files import load_config
 
     path = ROOT / "deploy" / "spotwise.toml"
     text = path.read_text()

@@ -32,8 +32,8 @@ from providers.base import (
     TransientError,
 )
 from scheduler.core.catalog import Catalog
+from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError
-from scheduler.state.models import AttemptState, JobState
 
 LIVE = (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)
 # Rows whose writes (intents, waiting reasons, attempts seen running or ended) share one
@@ -84,10 +84,6 @@ class _CollectorPause:
 
 
 collections_paused = _CollectorPause()
-
-
-class CrashForTest(RuntimeError):
-    """Raised by a test's crash hook to simulate the daemon dying between two steps."""
 
 
 class Fence(Protocol):
@@ -287,17 +283,6 @@ def safe_message(e: BaseException) -> str:
     """One line for the audit log; providers guarantee no credentials in their messages."""
     text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return text[:500]
-
-
-class Steps:
-    """Named points between two durable steps, where tests make the daemon 'crash'."""
-
-    def __init__(self, hook: Callable[[str], None] | None = None) -> None:
-        self.hook = hook
-
-    def __call__(self, name: str) -> None:
-        if self.hook is not None:
-            self.hook(name)
 
 
 def later(a: datetime | None, b: datetime) -> bool:

@@ -26,8 +26,9 @@ from providers.base import (
     ProviderError,
     ResourceRef,
 )
+from scheduler.core.states import AttemptState
 from scheduler.state.audit import emit
-from scheduler.state.models import Attempt, AttemptInstance, AttemptState, PoolState
+from scheduler.state.models import Attempt, AttemptInstance, PoolState
 
 
 class GangShortfall(ProviderError):

@@ -31,12 +31,12 @@ from providers.base import (
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.lifecycle import PEER_STOP, Ended, classify_end, classify_gang, gang_shortfall
+from scheduler.core.states import AttemptEnd, AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError
 from scheduler.daemon.controllers.base import (
     LIVE,
     WRITE_BATCH,
     Clouds,
-    CrashForTest,
     Db,
     describing,
     hours,
@@ -51,15 +51,9 @@ from scheduler.daemon.controllers.gang import (
     record_nodes,
 )
 from scheduler.daemon.controllers.spend import request_stop
+from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.state.audit import emit
-from scheduler.state.models import (
-    Attempt,
-    AttemptEnd,
-    AttemptInstance,
-    AttemptState,
-    Job,
-    PoolState,
-)
+from scheduler.state.models import Attempt, AttemptInstance, Job, PoolState
 
 log = logging.getLogger("spotwise.reconcile")
 _NOT_RECORDED = "attempt %s: recording what the cloud said failed; retried next pass"

@@ -43,13 +43,13 @@ from scheduler.core.placement import (
     rate_column,
 )
 from scheduler.core.policy import Action
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError
 from scheduler.daemon.controllers.base import (
     ACTIVE_JOB_STATES,
     LIVE,
     WRITE_BATCH,
     CatalogHolder,
-    CrashForTest,
     Db,
     collections_paused,
     hours,
@@ -64,16 +64,9 @@ from scheduler.daemon.controllers.spend import (
     request_stop,
     unaccrued_usd,
 )
+from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.state.audit import emit, emit_many, event
-from scheduler.state.models import (
-    Attempt,
-    AttemptEnd,
-    AttemptState,
-    Job,
-    JobState,
-    PolicyState,
-    PoolState,
-)
+from scheduler.state.models import Attempt, Job, PolicyState, PoolState
 
 log = logging.getLogger("spotwise.reconcile")
 PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure

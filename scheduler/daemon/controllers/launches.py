@@ -38,13 +38,13 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.lifecycle import gang_shortfall
+from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.checkpoints import CheckpointStores, StoreError, is_local
 from scheduler.daemon.controllers.base import (
     CatalogHolder,
     Clouds,
     Db,
     Result,
-    Steps,
     collections_paused,
     finding,
     job_running,
@@ -63,8 +63,9 @@ from scheduler.daemon.controllers.gang import (
 )
 from scheduler.daemon.controllers.rows import chunks, load_by_id, table_of
 from scheduler.daemon.controllers.spend import request_stop
+from scheduler.daemon.hooks_for_tests import Steps
 from scheduler.state.audit import emit, emit_many, event
-from scheduler.state.models import Attempt, AttemptEnd, AttemptInstance, AttemptState, Job, JobState
+from scheduler.state.models import Attempt, AttemptInstance, Job
 from trainer import contract
 
 # What launching reads of an Attempt (`launch` and `_request`): the first read of a pass

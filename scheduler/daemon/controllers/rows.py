@@ -10,7 +10,8 @@ from typing import TypeVar
 import sqlalchemy as sa
 from sqlmodel import Session, SQLModel, col, select
 
-from scheduler.state.models import Attempt, AttemptState
+from scheduler.core.states import AttemptState
+from scheduler.state.models import Attempt
 
 CHUNK = 500  # ids per IN (...) list, well under every database's bound-parameter limit
 LIVE = (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)

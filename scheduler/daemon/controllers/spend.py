@@ -24,18 +24,11 @@ from scheduler.core import budget as budgets
 from scheduler.core.catalog import Catalog
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
+from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.controllers.base import LIVE, CatalogHolder, Db, hours
 from scheduler.daemon.controllers.gang import nodes_of
 from scheduler.state.audit import emit
-from scheduler.state.models import (
-    Attempt,
-    AttemptInstance,
-    AttemptState,
-    BudgetSpend,
-    Job,
-    JobState,
-    SpendBucket,
-)
+from scheduler.state.models import Attempt, AttemptInstance, BudgetSpend, Job, SpendBucket
 
 
 @dataclass(frozen=True, slots=True)

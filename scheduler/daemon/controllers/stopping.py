@@ -13,10 +13,11 @@ from providers.base import Instance, InstanceState, Provider, ResourceRef
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.lifecycle import STOP_ENDS
+from scheduler.core.states import AttemptEnd, AttemptState
 from scheduler.daemon.controllers.base import LIVE, Clouds, Db, safe_message, terminating
 from scheduler.daemon.controllers.gang import node_refs, nodes_of, record_nodes
 from scheduler.state.audit import emit
-from scheduler.state.models import Attempt, AttemptEnd, AttemptState
+from scheduler.state.models import Attempt
 
 
 class StopController:

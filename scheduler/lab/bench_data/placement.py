@@ -27,7 +27,7 @@ from scheduler.core.placement import (
 
 NOW = datetime(2026, 5, 20, tzinfo=UTC)
 
-# (a) the single-decision requests named in the issue
+# (a) single-decision requests
 SINGLE: list[tuple[str, Requirements]] = [
     ("A100:8", Requirements(gpus=(GpuSpec("A100", 8),))),
     ("H100:1", Requirements(gpus=(GpuSpec("H100", 1),))),

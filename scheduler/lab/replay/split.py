@@ -8,7 +8,7 @@ both halves: their output is labelled "protocol windows (train + test)".
 - 2022 single-zone traces (27 days from 2022-10-26, the Can't Be Late period): zones split,
   us-west-2a = train, us-west-2b = test.
 - The same eight 2022 series over the 37.8 days that followed (2022-11-28 to 2023-01-05,
-  labelled "2022-12 ..."): test only, both zones. Added at stop 29 with the policy frozen,
+  labelled "2022-12 ..."): test only, both zones. Added with the policy frozen,
   never used for tuning: the 2022 part of the test split had only four traces.
 - 2023 nine-zone V100 trace (45.5 days): periods AND zones split. Train = the first half of
   the ticks on us-east-1a/1d, us-east-2a, us-west-2b; test = the second half on us-east-1c/1f,

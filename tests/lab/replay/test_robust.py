@@ -1,4 +1,4 @@
-"""The guards of issue 10: bounded regret against on-demand under an adaptive adversary,
+"""The deadline policy's guards: bounded regret against on-demand under an adaptive adversary,
 leaving spot when its price passes on-demand (with hysteresis), and the train/test split."""
 
 from __future__ import annotations

@@ -12,13 +12,14 @@ from sqlmodel import Session, select
 from scheduler.core.clock import SimClock
 from scheduler.core.config import Config, DaemonSettings
 from scheduler.core.jobspec import jobspec_from_dict
+from scheduler.core.states import JobState
 from scheduler.daemon.checkpoints import StoreError
 from scheduler.daemon.controllers.base import Clouds, Db, FencedStores, launching
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.db import open_db
 from scheduler.state.desired import submit
 from scheduler.state.lease import Lease, LeaseLost, LeaseTimings
-from scheduler.state.models import Attempt, DaemonLease, Event, Job, JobState
+from scheduler.state.models import Attempt, DaemonLease, Event, Job
 from tests.support.fakes import NOW, FakeProvider, offering
 from tests.system.postgres.conftest import FakeMonotonic, expire_lease
 

@@ -1,4 +1,4 @@
-"""core v2: per-job back-off, spend buckets, daemon lease, leak memory
+"""Per-job back-off, spend buckets, daemon lease, leak memory
 
 Revision ID: 0002
 Revises: 0001

@@ -1,0 +1,75 @@
+"""The operator's files, read from disk into the core's values: the config (found where the
+daemon and every command look for it) and job files. The core parses text; this is where the
+text comes from, so every way a file can be unreadable is one UserError naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from scheduler.core.config import Config, config_from_toml
+from scheduler.core.errors import UserError, key_lines, parse_toml
+from scheduler.core.jobspec import JobSpec, jobspec_from_dict
+
+DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+
+
+def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
+    try:
+        st = path.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or /dev/zero would never end
+            raise UserError(f"{path}: not a regular file")
+        if st.st_size > MAX_FILE_BYTES:
+            raise UserError(f"{path}: {st.st_size:,} bytes is too large for a {what}")
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, not a {what}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{path}: not a text file (invalid UTF-8 at byte {e.start}); "
+            "a config or job file is TOML text"
+        ) from None
+    return parse_toml(text, str(path)), text
+
+
+def find_config(explicit: str | Path | None = None) -> Path | None:
+    """--config, else $SPOTWISE_CONFIG, else ./spotwise.toml, else /etc/spotwise/spotwise.toml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("SPOTWISE_CONFIG")
+    if env:
+        return Path(env)
+    for p in DEFAULT_PATHS:
+        if Path(p).is_file():
+            return Path(p)
+    return None
+
+
+def load_config(path: str | Path | None = None) -> Config:
+    """Load and validate; with no file anywhere, the built-in defaults (local market)."""
+    found = find_config(path)
+    if found is None:
+        return Config().with_default_provider()
+    data, text = read_toml_file(found, "config file")
+    return config_from_toml(data, text, str(found))
+
+
+def load_jobspec(path: str | Path) -> JobSpec:
+    """Read and validate a job file; every problem becomes one UserError naming file and key."""
+    path = Path(path)
+    data, text = read_toml_file(path, "job file")
+    return jobspec_from_dict(data, source=str(path), lines=key_lines(text))
