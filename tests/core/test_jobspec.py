@@ -145,7 +145,7 @@ def test_local_catalog_finds_memory_variants():
 
 
 def _bench_rows() -> list[dict[str, str]]:
-    path = ROOT / "scheduler" / "bench_data" / "data" / "catalog.csv.gz"
+    path = ROOT / "scheduler" / "lab" / "bench_data" / "data" / "catalog.csv.gz"
     return list(csv.DictReader(io.TextIOWrapper(gzip.open(path))))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from providers.local import LocalMarket, LocalSettings
-from tests.support.trainer import same_params
+from tests.support.trainer_runs import same_params
 from tests.system.test_e2e_local import Spotwise
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]

@@ -191,7 +191,7 @@ def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def clouds(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Clouds]:
     from moto.ec2.responses.spot_instances import SpotInstances
 
-    from tests.providers.aws.conftest import spot_price
+    from tests.support.aws_fixtures import spot_price
 
     c = Clouds()
     original = SpotInstances.describe_spot_price_history
@@ -523,11 +523,11 @@ def test_one_job_file_finds_the_same_canonical_gpu_in_every_catalog(
     from providers.aws import AwsProvider, AwsSettings
     from providers.azure import AzureProvider
     from providers.gcp import GcpProvider
+    from providers.gcp import fake as fake_gcp
     from providers.local import LocalMarket, LocalSettings
     from scheduler.core.catalog import Catalog
     from scheduler.core.placement import PlacementContext, Requirements, candidates, place
     from scheduler.state.files import load_jobspec
-    from tests.providers.gcp import fake_gcp
     from tests.support.azure_harness import settings_for
     from tests.support.gcp_harness import settings as gcp_settings
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.trainer import losses, run_plan, same_params, tiny_args
+from tests.support.trainer_runs import losses, run_plan, same_params, tiny_args
 from trainer.checkpoint import parse_latest
 from trainer.storage import LocalStore, open_store
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.trainer import REPO, env, progress, run_trainer, tiny_args
+from tests.support.trainer_runs import REPO, env, progress, run_trainer, tiny_args
 from trainer import EXIT_FENCED, EXIT_PREEMPTED, contract
 from trainer.checkpoint import parse_latest
 from trainer.launch import launch

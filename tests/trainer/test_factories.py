@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.support.trainer import losses, run_plan, tiny_args
+from tests.support.trainer_runs import losses, run_plan, tiny_args
 from trainer import EXIT_USAGE
 from trainer.__main__ import main
 from trainer.config import ConfigError, TrainerConfig

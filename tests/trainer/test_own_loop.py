@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.trainer import REPO, env, losses, progress, sigterm_whole_group, write_notice
+from tests.support.trainer_runs import (
+    REPO,
+    env,
+    losses,
+    progress,
+    sigterm_whole_group,
+    write_notice,
+)
 from trainer import EXIT_FENCED, EXIT_PREEMPTED, contract
 
 EXAMPLE = [sys.executable, "-m", "trainer.examples.own_loop", "--steps", "30", "--save-every", "10"]

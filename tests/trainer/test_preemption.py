@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.metadata_servers import FakeAzureEvents, FakeGcpMetadata, FakeImds
-from tests.support.trainer import (
+from tests.support.trainer_runs import (
     REPO,
     env,
     progress,

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-from tests.support.trainer import (
+from tests.support.trainer_runs import (
     REPO,
     env,
     losses,

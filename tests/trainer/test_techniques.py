@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.trainer import losses, run_plan, tiny_args
+from tests.support.trainer_runs import losses, run_plan, tiny_args
 from trainer.config import TrainerConfig
 from trainer.model import CharTransformer
 from trainer.parallel import apply_activation_checkpointing, shard_units

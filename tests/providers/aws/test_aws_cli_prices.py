@@ -7,8 +7,8 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.providers.aws.conftest import ON_DEMAND, SECRET, spot_price
-from tests.system.test_aws_daemon import moto_prices, write_config
+from tests.support.aws_fixtures import ON_DEMAND, SECRET, spot_price
+from tests.system.clouds.test_aws_daemon import moto_prices, write_config
 
 pytestmark = pytest.mark.timeout(60)
 __all__ = ["moto_prices"]  # the fixture, imported for use here

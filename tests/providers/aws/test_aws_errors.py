@@ -7,7 +7,7 @@ import logging
 import pytest
 
 from providers.base import FatalError, InstanceState, Throttled, TransientError
-from tests.providers.aws.conftest import (
+from tests.support.aws_fixtures import (
     ACCESS_KEY,
     SECRET,
     ec2_error,

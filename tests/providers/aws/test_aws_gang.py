@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.providers.aws.conftest import ec2_client, moto_instance
-from tests.system.test_aws_daemon import cli, moto_prices, status, write_config
+from tests.support.aws_fixtures import ec2_client, moto_instance
+from tests.system.clouds.test_aws_daemon import cli, moto_prices, status, write_config
 
 pytestmark = pytest.mark.timeout(90)
 __all__ = ["moto_prices"]

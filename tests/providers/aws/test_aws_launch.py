@@ -18,7 +18,7 @@ from providers.base import (
     Market,
     QuotaExceeded,
 )
-from tests.providers.aws.conftest import (
+from tests.support.aws_fixtures import (
     REGION,
     ec2_client,
     fail_times,

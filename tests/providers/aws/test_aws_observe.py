@@ -16,7 +16,7 @@ from providers.base import (
     ResourceKind,
     ResourceRef,
 )
-from tests.providers.aws.conftest import (
+from tests.support.aws_fixtures import (
     REGION,
     ec2_client,
     eventbridge_warning,

@@ -9,7 +9,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from providers.base import Market, Provider
-from tests.providers.aws.conftest import (
+from tests.support.aws_fixtures import (
     ON_DEMAND,
     REGION,
     count_calls,
@@ -306,7 +306,7 @@ def test_two_regions_and_one_failing_region_keeps_the_rest(make_provider, sessio
 
 def test_a_region_error_without_cache_is_raised_typed(make_provider, session):
     from providers.base import FatalError
-    from tests.providers.aws.conftest import fail_times
+    from tests.support.aws_fixtures import fail_times
 
     fail_times(session, "DescribeInstanceTypes", "UnauthorizedOperation", 99, status=403)
     p = make_provider()

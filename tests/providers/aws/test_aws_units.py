@@ -37,7 +37,7 @@ from providers.base import (
     Throttled,
     TransientError,
 )
-from tests.providers.aws.conftest import eventbridge_warning
+from tests.support.aws_fixtures import eventbridge_warning
 from trainer.contract import exit_name, to_uri
 
 pytestmark = pytest.mark.timeout(30)

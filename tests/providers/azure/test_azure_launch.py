@@ -19,7 +19,7 @@ from providers.base import (
     Market,
     QuotaExceeded,
 )
-from tests.providers.azure.conftest import OWNER, request_for
+from tests.support.azure_fixtures import OWNER, request_for
 from tests.support.azure_harness import t4_offering
 
 pytestmark = pytest.mark.timeout(60)

@@ -19,7 +19,7 @@ from providers.base import (
     ResourceKind,
     ResourceRef,
 )
-from tests.providers.azure.conftest import OWNER, request_for
+from tests.support.azure_fixtures import OWNER, request_for
 
 pytestmark = pytest.mark.timeout(60)
 SECRET = "eyJhbGciOiJSUzI1NiJ9.c2VjcmV0LXRva2VuLW11c3QtbmV2ZXItYmUtcHJpbnRlZA.sig-9f8e7d6c"

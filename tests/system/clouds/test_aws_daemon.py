@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from providers.base import Market
-from tests.providers.aws.conftest import ec2_client, moto_instance, spot_price
+from tests.support.aws_fixtures import ec2_client, moto_instance, spot_price
 
 pytestmark = pytest.mark.timeout(60)
 
