@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 PRIOR_LOSS_RATE = 0.1
 PRIOR_RETURN_RATE = 0.5
 PRIOR_HOURS = 6.0  # weight of the prior, in observed hours
-# Spot markets drift: evidence loses half its weight per this many hours.
+# Spot markets drift: evidence loses half its weight per this many hours:
+# docs/designs/deadline-policy-tuning-history.md#half_life_hours
 HALF_LIFE_HOURS = 24.0
 # Outages kept per pool for `outage_left`: those still weighing at least MIN_OUTAGE_WEIGHT
 # (with the half-life above, about a week), at most MAX_OUTAGES (the oldest go first).
 MIN_OUTAGE_WEIGHT = 0.01
 MAX_OUTAGES = 512
-# Weight, in outages, of the rate model's estimate (1 / return rate) in `outage_left`, so a
-# pool with few outages like the current one leans on its rates. Train split, sum over the
-# 20 sweep cells of spotwise minus the better of greedy/UP: 0.5 / 1 / 2 / 5: +60.7 / +60.6 /
-# +59.9 / +59.3 (the rates alone: +58.8).
+# Weight, in outages, of the rate model's estimate (1 / return rate) in `outage_left`, so
+# a pool with few outages like the current one leans on its rates:
+# docs/designs/deadline-policy-tuning-history.md#outage_prior
 OUTAGE_PRIOR = 1.0
 
 

@@ -22,8 +22,12 @@ from dataclasses import replace
 
 from .base import EPS, Observation
 
+# A running spot attempt is left once its price passes this x on-demand ...
 PRICE_LEAVE = 1.0
+# ... and a new one starts only at or below this x on-demand: the gap is the hysteresis.
 PRICE_ENTER = 0.9
+# The regret hedge's bound, the product's promise (at most 1.05x all-on-demand), not a
+# tuning knob: docs/designs/deadline-policy-tuning-history.md#hedge_margin
 HEDGE_MARGIN = 0.05
 
 

@@ -73,72 +73,46 @@ from .safety import (
 )
 from .uniform_progress import UniformProgressPolicy
 
-# Keep at least this share of the initial slack in proportion to the work still to do, so
-# outages early in a job cannot eat the slack later restarts need (UP keeps all of it).
-# Train split, sum over the 20 sweep cells: 0.3 and 0.5 tied (+46.3 / +46.5) until slack was
-# priced by what it buys (_slack_value); re-tuned with it (and PACE_CAP 2): 0.2 / 0.3 / 0.5 /
-# 0.7: +64.6 / +66.3 / +64.7 / +55.2 (the 1 h rows gained most).
+# Share of the initial slack kept in proportion to the work left, so early outages cannot
+# eat the slack later restarts need: docs/designs/deadline-policy-tuning-history.md#pace
 PACE = 0.3
-# Share of the expected restarts' slack held in reserve (tuned on the train split only:
-# 1.0 wasted slack on on-demand stints at high restart overheads; 0.25 was best of 0/0.25/1
-# on the 2-window sweep). Re-tuned with the ski-rental bridge on the 8-window train sweep
-# (`--split train --windows 8`, sum over the 20 cells): 0 / 0.05 / 0.1 / 0.125 / 0.15 / 0.2 /
-# 0.25 / 0.35: +59.6 / +60.9 / +63.4 / +64.9 / +64.2 / +62.8 / +61.6 / +58.4 (before the
-# bridge); at 1 h overhead the larger reserve sent jobs to on-demand with most of their
-# slack unused.
+# Share of the expected restarts' slack held in reserve; more sent 1 h-overhead jobs to
+# on-demand with their slack unused: docs/designs/deadline-policy-tuning-history.md#restart_reserve
 RESTART_RESERVE = 0.125
-# ... and the pace share never exceeds this many times the expected restarts' slack: with a
-# large slack, pacing alone sent jobs to on-demand during outages they could wait out
-# (train split: cap 2 / 4 / none summed +48.9 / +48.4 / +46.5 score points over the grid;
-# re-tuned with PACE 0.3 and _slack_value: 2 / 3 / 4: +66.3 / +67.9 / +67.7).
+# The pace share never exceeds this many times the expected restarts' slack, so a large
+# slack can still wait outages out: docs/designs/deadline-policy-tuning-history.md#pace_cap
 PACE_CAP = 3.0
 # Rollout verdicts are recomputed at most once per this many hours of the job for the same
-# set of competing actions (a speed knob: the daemon's decision must stay cheap).
+# set of competing actions: a speed knob, the daemon's decision must stay cheap.
 EVAL_HOURS = 1.0
-# Off: on the train split every arbiter variant tried cost more than the rule alone (see
-# README, Sweep); kept for the daemon-free experiments in tests/lab/replay/test_rollout.py.
+# Off: every arbiter variant tried cost more than the rule alone (kept for
+# tests/lab/replay/test_rollout.py): docs/designs/deadline-policy-tuning-history.md#arbiter
 ARBITER = False
 # Another candidate must beat our own rule by this many restarts' worth of on-demand to be
-# followed (Monte Carlo noise and the model's own errors are of the order of one restart).
+# followed: Monte Carlo noise and the model's own errors are of the order of one restart.
 ROLLOUT_MARGIN = 1.0
 # Bridge an outage on on-demand only while the hedge's margin left pays for this many
-# bridges (an on-demand launch and a spot relaunch each). Train split, sum over the 20 cells
-# of spotwise minus the better of greedy/UP: no check +48.9, K = 1 / 2 / 3: +50.9 / +49.7 /
-# +45.4 (K = 1 is also where a bridge stops being able to return to spot at all).
+# bridges (an on-demand launch and a spot relaunch each):
+# docs/designs/deadline-policy-tuning-history.md#bridge_k
 BRIDGE_K = 1.0
-# No bridge on on-demand when spot is expected back within this many restart overheads:
-# the on-demand launch would do no work before it, so the bridge spends the slack waiting
-# would, and pays. Train split, sum over the 20 cells: +58.3 -> +58.8 (only 1 h cells moved;
-# 0.5 / 2: +58.3 / +54.7). Rejected earlier, before tight pacing (+49.5 against +50.9).
+# No on-demand bridge when spot is expected back within this many restart overheads: the
+# launch would do no work before it: docs/designs/deadline-policy-tuning-history.md#short_outage
 SHORT_OUTAGE = 1.0
-# A tight deadline paces all of its slack, as UP's line does: with a few hours to spare, an
-# outage waited out early leaves nothing for the restarts later. The pace share ramps from
-# PACE (spare slack >= TIGHT_HI x the work) to 1 (<= TIGHT_LO x the work). Train split, sum
-# over the 20 cells: +50.9 -> +58.0, every 1.05x cell better or equal (0.1 h: +2.9 -> +5.8,
-# 0.2 h: +4.8 -> +7.1, 0.5 h: -3.2 -> -1.2), the others unchanged; a step at 0.1 scores
-# the same on this grid, the ramp keeps the policy continuous for deadlines between.
+# A tight deadline paces all of its slack: the pace share ramps from PACE (spare slack >=
+# TIGHT_HI x the work) to 1 (<= TIGHT_LO x the work):
+# docs/designs/deadline-policy-tuning-history.md#tight_lo
 TIGHT_LO = 0.05
 TIGHT_HI = 0.15
-# While the hedge's margin left pays for fewer than MARGIN_LAUNCHES failed launches (each
-# billed through its overhead), launch from idle only into a spell that has lasted
-# SPELL_AGE x the overhead. With a 1 h restart and spells of minutes, launching into every
-# spell (as greedy does) spent the 5% margin in a flaky stretch and the hedge then held the
-# job on on-demand for the rest (up to 97 h) while the pool calmed down. Train split,
-# 8-window sweep sum: +64.9 -> MARGIN_LAUNCHES 8 / 12 / 16 / 32 / always: +66.4 / +66.7 /
-# +66.6 / +64.6 / +53.3 (SPELL_AGE 0.5; at 16: 0.25 / 0.5 / 1: +66.5 / +66.6 / +64.7);
-# 1 h / 2x -1.1 -> +0.3, 1 h / 1.5x +0.3 -> +1.0, 2-window sweep +70.0 -> +72.8.
+# While the hedge's margin left pays for fewer than MARGIN_LAUNCHES failed launches, launch
+# from idle only into a spell that has lasted SPELL_AGE x the overhead, so a flaky stretch
+# cannot spend the margin and lock the job on on-demand:
+# docs/designs/deadline-policy-tuning-history.md#margin_launches
 MARGIN_LAUNCHES = 12.0
 SPELL_AGE = 0.5
 # A spot spell that has lasted a hours is expected to last SPELL_RESIDUAL x a hours more
-# (_spell_hours). Spells are heavy-tailed: on the train split's single-zone traces, the
-# median rest of a spell that has lasted 0.5 / 1 / 2 h is 2.4 / 2.3 / 1.9 x its age (the
-# mean, 9 / 6 / 4 x; tests/lab/replay/test_spell_age.py checks the medians). 1 ("at least as
-# long again") was the conservative first guess. Train split, 8-window sweep sum: 1 / 1.5 /
-# 2 / 3: +71.6 / +73.4 / +73.9 / +73.2 (1 h / 1.2x +2.8 -> +3.6, 1 h / 1.5x +2.0 -> +2.5);
-# 2-window sweep +74.2 -> +76.4; gang twin -1.08 -> -0.82; price-spike twin +2.97 -> +3.08.
-# Read after the fact (SPELL_AGE was tuned while the rest was taken as 1 x the age), the two
-# agree: SPELL_AGE = 1 / SPELL_RESIDUAL is the age at which a spell's expected rest covers
-# one restart overhead.
+# (_spell_hours): the train split's median for spells aged 0.5-2 h, which
+# tests/lab/replay/test_spell_age.py checks:
+# docs/designs/deadline-policy-tuning-history.md#spell_residual
 SPELL_RESIDUAL = 2.0
 
 
