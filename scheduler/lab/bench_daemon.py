@@ -311,7 +311,7 @@ def run(
 
 
 def verdicts(rows: list[Row]) -> list[str]:
-    """The issue's targets against this run's figures."""
+    """The targets the daemon was built to meet, against this run's figures."""
     out = []
     by = {(r.jobs, r.history): r for r in rows}
     small, big = min(r.jobs for r in rows), max(r.jobs for r in rows)
