@@ -1,11 +1,12 @@
 """The job controller: one pass over every active job, composed of one phase per module.
 
 A pass reads every job it steps with what the decisions need in a few queries
-(`snapshot`); writes the next state of every job whose attempt ended (`ends`); steps each
-job in memory: a running one (`running`), a held one (`holds`), a waiting one (`placing`);
-and writes what it decided in batched transactions (`writes`), so its cost is a constant
-per job, not a few round trips per job. No cloud I/O here: an intent becomes a cloud call
-in the LaunchController.
+(`snapshot`), then every progress.json it needs in one concurrent batch with a deadline,
+outside every database transaction (`checkpoints.ProgressReader`); writes the next state of
+every job whose attempt ended (`ends`); steps each job in memory: a running one
+(`running`), a held one (`holds`), a waiting one (`placing`); and writes what it decided in
+batched transactions (`writes`), so its cost is a constant per job, not a few round trips
+per job. No cloud I/O here: an intent becomes a cloud call in the LaunchController.
 
 One job's failure never stops the others: a batch that fails is written again job by job,
 and a job whose step keeps failing is backed off exponentially and quarantined (FAILED,
@@ -26,7 +27,7 @@ from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.lifecycle import backoff_seconds
 from scheduler.core.states import JobState
-from scheduler.daemon.checkpoints import CheckpointStores
+from scheduler.daemon.checkpoints import CheckpointStores, ProgressReader
 from scheduler.daemon.controllers.base import (
     LIVE,
     WRITE_BATCH,
@@ -73,9 +74,10 @@ class JobController:
         self.spend = spend
         self._config = config
         self.placing = True  # cleared on SIGTERM: finish in-flight work, start nothing new
-        self.ends = AttemptEnds(db, stores, config)
+        self.progress_reader = ProgressReader(stores)
+        self.ends = AttemptEnds(db, config)
         self.holds = BudgetHolds(db, config)
-        self.running = RunningJobs(stores, config, planner, lambda: self.placing)
+        self.running = RunningJobs(config, planner, lambda: self.placing)
         self.placement = Placement(db, config, planner)
         self.writer = DecisionWriter(
             db, catalog, config, self.running.apply, self.holds.write, self._step_failed
@@ -95,6 +97,8 @@ class JobController:
             facts = self._facts(s)
             avoid_after = self._config().daemon.avoid_after_interrupt
             snap = read_snapshot(s, jobs, only, facts, avoid_after)
+        # Store I/O once the database is let go: every read of the pass at once.
+        snap.progress = self.progress_reader.read(snap.progress_to_read())
         self.ends.write_next_states(snap, facts.now)
         intents: list[str] = []
         writes = PassWrites()
@@ -120,7 +124,7 @@ class JobController:
         now = self.clock.now()
         live = snap.live.get(job.id)
         if live is not None:
-            update = self.running.update(job, live, facts, now)
+            update = self.running.update(job, live, snap.progress, facts, now)
             if update is not None:
                 writes.live.append(update)
             return
@@ -129,7 +133,7 @@ class JobController:
         if job.id in snap.next_state_written:
             pass  # its last attempt's end was acted on in a batch this pass: on to placement
         elif last is not None and last.end_reason is not None and job.settled_attempt != last.id:
-            self.ends.write_next_state_alone(job, last, now)  # its batch failed
+            self.ends.write_next_state_alone(job, last, now, snap.progress)  # its batch failed
             fresh = self._reread(job.id)
         elif job.cancel_requested:
             self._finish(job.id, JobState.CANCELLED, "cancelled by user", now)

@@ -6,8 +6,8 @@ its counters and back-off. `Job.settled_attempt` names the last ended attempt ac
 doing it twice changes nothing. A wave of ends (a zone reclaimed, a fleet finishing) is
 written WRITE_BATCH jobs per transaction before the per-job steps, then read back at once; a
 job of a batch that failed is left to its own step, which writes its next state alone (and
-backs it off alone if that fails too). The trainer's last progress (read before the
-transaction) is recorded with it.
+backs it off alone if that fails too). The trainer's last progress (read with the pass's
+batch, before any transaction) is recorded with it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from sqlmodel import Session
 from scheduler.core.config import Config
 from scheduler.core.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, next_state
 from scheduler.core.states import JobState
-from scheduler.daemon.checkpoints import CheckpointStores
+from scheduler.daemon.checkpoints import ProgressReads
 from scheduler.daemon.controllers.base import WRITE_BATCH, Db, safe_message
 from scheduler.daemon.controllers.job.running import record_progress
 from scheduler.daemon.controllers.job.snapshot import Snapshot
@@ -35,9 +35,8 @@ log = logging.getLogger("spotwise.reconcile")
 
 
 class AttemptEnds:
-    def __init__(self, db: Db, stores: CheckpointStores, config: Callable[[], Config]) -> None:
+    def __init__(self, db: Db, config: Callable[[], Config]) -> None:
         self.db = db
-        self.stores = stores
         self._config = config
 
     def write_next_states(self, snap: Snapshot, now: datetime) -> None:
@@ -50,7 +49,7 @@ class AttemptEnds:
             return
         for k in range(0, len(due), WRITE_BATCH):
             batch = due[k : k + WRITE_BATCH]
-            final = {job.id: self._final_progress(job) for job, _ in batch}  # I/O first
+            final = {job.id: final_progress(job, snap.progress) for job, _ in batch}
             try:
                 with self.db.write() as s:
                     jobs = load_by_id(s, Job, [job.id for job, _ in batch])
@@ -74,9 +73,11 @@ class AttemptEnds:
         snap.jobs = [fresh.get(j.id, j) if j.id in written else j for j in snap.jobs]
         snap.jobs = [j for j in snap.jobs if j.id not in written or j.id in fresh]
 
-    def write_next_state_alone(self, job: Job, last: Attempt, now: datetime) -> None:
+    def write_next_state_alone(
+        self, job: Job, last: Attempt, now: datetime, reads: ProgressReads
+    ) -> None:
         """The next state of one job whose batch failed, in a transaction of its own."""
-        final = self._final_progress(job)
+        final = final_progress(job, reads)
         with self.db.write() as s:
             row = s.get(Job, job.id)
             if row is not None:
@@ -117,16 +118,16 @@ class AttemptEnds:
         s.add(job)
         emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
 
-    def _final_progress(self, job: Job) -> dict[str, Any] | None:
-        """progress.json once more as the attempt ends: the running passes read it at most
-        once a pass, so the trainer's last steps (its final save) would otherwise never
-        reach `status`. Cosmetic, so an unreadable store only leaves the last step seen."""
-        if job.total_steps and job.progress_step == job.total_steps:
-            return None  # already at its last step: spare the store a read
-        try:
-            return self.stores.progress(job.checkpoint_uri)
-        except CrashForTest:
-            raise
-        except Exception as e:  # StoreError, or a store we cannot parse: its next state anyway
-            log.debug("job %s: final progress unreadable: %s", job.id, safe_message(e))
-            return None
+
+def final_progress(job: Job, reads: ProgressReads) -> dict[str, Any] | None:
+    """progress.json once more as the attempt ends (read in the pass's batch): the running
+    passes read it at most once a pass, so the trainer's last steps (its final save) would
+    otherwise never reach `status`. Cosmetic, so an unreadable store only leaves the last
+    step seen; a job already at its last step was not read again."""
+    try:
+        return reads.progress(job.id)
+    except CrashForTest:
+        raise
+    except Exception as e:  # StoreError, or a store we cannot parse: its next state regardless
+        log.debug("job %s: final progress unreadable: %s", job.id, safe_message(e))
+        return None

@@ -1,7 +1,8 @@
 """Jobs with a live attempt: progress, state, cancels, and whether the attempt should move.
 
-Each pass records the trainer's step from progress.json, keeps the job's state in line with
-its attempt's, asks a cancelled job's attempt to checkpoint and stop, and asks whether a running
+Each pass records the trainer's step from progress.json (read for every running job at once
+before the per-job steps, `Snapshot.progress`), keeps the job's state in line with its
+attempt's, asks a cancelled job's attempt to checkpoint and stop, and asks whether a running
 attempt should move: its deadline policy may want it elsewhere (back to spot once capacity
 returns, or to on-demand as slack runs out), and price following moves an attempt whose
 price no longer pays (scheduler.core.price_moves decides). Most running jobs change nothing
@@ -24,7 +25,7 @@ from scheduler.core.deadline import DeadlinePlanner, placement_of
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import Requirements, expected_cost
 from scheduler.core.states import AttemptState, JobState
-from scheduler.daemon.checkpoints import CheckpointStores, StoreError
+from scheduler.daemon.checkpoints import ProgressReads, StoreError
 from scheduler.daemon.controllers.base import LIVE, hours
 from scheduler.daemon.controllers.job.deadline_advice import advise, deadline_job
 from scheduler.daemon.controllers.job.snapshot import PassFacts
@@ -37,12 +38,10 @@ from scheduler.state.models import Attempt, Job
 class RunningJobs:
     def __init__(
         self,
-        stores: CheckpointStores,
         config: Callable[[], Config],
         planner: Callable[[], DeadlinePlanner],
         placing: Callable[[], bool],
     ) -> None:
-        self.stores = stores
         self._config = config
         self._planner = planner
         self._placing = placing  # False after SIGTERM: no attempt is moved
@@ -51,6 +50,7 @@ class RunningJobs:
         self,
         job: Job,
         a: Attempt,
+        reads: ProgressReads,
         facts: PassFacts,
         now: datetime,
     ) -> LiveUpdate | None:
@@ -58,7 +58,7 @@ class RunningJobs:
         progress = None
         if a.state is AttemptState.RUNNING:
             try:
-                progress = self.stores.progress(job.checkpoint_uri)
+                progress = reads.progress(job.id)
             except StoreError:
                 progress = None  # the observe step reports unreadable stores
         if self._unchanged(job, a, progress, facts, now):

@@ -3,7 +3,8 @@
 `PassFacts` is what every job's decision shares (pool states, interruption rates, budget
 statuses, the catalog) plus per-pass memos of the pure placement work jobs with the same
 requirements share; `Snapshot` is the jobs the pass steps with their live and last
-attempts, read in a few queries per chunk of ids, none per job.
+attempts, read in a few queries per chunk of ids, none per job; and, once the database is
+let go, every progress.json the pass needs, read as one concurrent batch.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from scheduler.core.placement import (
     place,
     rate_column,
 )
-from scheduler.core.states import AttemptEnd
+from scheduler.core.states import AttemptEnd, AttemptState
+from scheduler.daemon.checkpoints import ProgressReads
 from scheduler.daemon.controllers.base import (
     ACTIVE_JOB_STATES,
     LIVE,
@@ -137,13 +139,15 @@ class PassFacts:
 
 @dataclass
 class Snapshot:
-    """The jobs a pass steps and their attempts, read in a few queries."""
+    """The jobs a pass steps and their attempts, read in a few queries, and the progress
+    the pass read for them from their checkpoint stores."""
 
     jobs: list[Job]
     live: dict[str, Attempt]  # job id -> its live attempt
     last: dict[str, Attempt]  # job id -> its highest-numbered attempt
     # job ids whose next state this pass wrote in a batch, before the per-job steps
     next_state_written: set[str] = field(default_factory=set)
+    progress: ProgressReads = field(default_factory=ProgressReads)
 
     def ended(self) -> list[tuple[Job, Attempt]]:
         """Jobs with no live attempt whose last attempt ended and whose next state is not
@@ -156,6 +160,21 @@ class Snapshot:
             and last.end_reason is not None
             and job.settled_attempt != last.id
         ]
+
+    def progress_to_read(self) -> dict[str, str]:
+        """job id -> checkpoint URI of every job whose progress.json this pass reads: each
+        running attempt's (the job's step, for `status` and its deadline policy), and each
+        just-ended attempt's once more (the trainer's last steps and its final save land
+        between two passes), unless the job is already at its last step."""
+        uris = {
+            job.id: job.checkpoint_uri
+            for job in self.jobs
+            if (a := self.live.get(job.id)) is not None and a.state is AttemptState.RUNNING
+        }
+        for job, _ in self.ended():
+            if not (job.total_steps and job.progress_step == job.total_steps):
+                uris[job.id] = job.checkpoint_uri
+        return uris
 
 
 def read_facts(
