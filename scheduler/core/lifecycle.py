@@ -4,7 +4,7 @@ The decisions live here, so they can be unit-tested and replayed:
 - `classify_end`: how an attempt ended, from what the cloud said, what the job's wrapper wrote
   into the checkpoint store (exit code, DONE) and why we had asked it to stop;
 - `classify_gang`: the same for a gang, from what each of its nodes said;
-- `settle`: what the job does next after its latest attempt ended.
+- `next_state`: what the job does next after its latest attempt ended.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ PEER_STOP = "peer"
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """Everything known about an ended instance when its attempt is settled."""
+    """Everything known about an ended instance when its attempt's end is classified."""
 
     reason: EndReason | None  # what the cloud said
     exit_code: int | None  # from the cloud, else from the store's exit record
@@ -138,7 +138,7 @@ class Transition:
         return self.state in (JobState.PENDING, JobState.RECOVERING)
 
 
-def settle(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
+def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
     """The job's next state after `last` ended."""
     waiting = JobState.RECOVERING if job.recoveries else JobState.PENDING
     end = last.end

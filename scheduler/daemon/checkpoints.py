@@ -3,6 +3,10 @@
 The trainer never imports the scheduler; the file layout in `trainer.contract` is the whole
 interface. A read that fails (AccessDenied, expired credentials, a timeout) is never taken
 for "absent": it raises StoreError, and the caller leaves the job as it is and says so.
+
+A pass reads `progress.json` of every job it steps at once (`ProgressReader`): on a few
+threads, with one deadline for the whole batch and outside every database transaction, so
+a slow store holds neither a write lock nor the pass.
 """
 
 from __future__ import annotations
@@ -10,12 +14,21 @@ from __future__ import annotations
 import functools
 import os
 import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer import contract
 
 # The S3-compatible endpoint of the checkpoint store (MinIO, R2, a test's moto); unset: AWS S3.
 S3_ENDPOINT_ENV = "SPOTWISE_S3_ENDPOINT_URL"
+# The longest a pass waits for its progress.json reads. Progress feeds `status` and the
+# deadline policy's estimate of the work left; a read that misses it is made again next pass,
+# while a pass held by a slow store would hold the stops and launches behind it.
+PROGRESS_READ_DEADLINE_S = 5.0
+# Progress reads in flight at once: as many as the launch pass's store claims.
+PROGRESS_READ_WORKERS = 8
 
 
 @functools.lru_cache(maxsize=1024)
@@ -248,3 +261,88 @@ class CheckpointStores:
         import os
 
         os.sync()
+
+
+@dataclass
+class ProgressReads:
+    """What one batch of progress.json reads returned, by job id: the parsed document (None
+    when the file does not exist), or the error its read raised (StoreError when the store
+    could not be read or did not answer before the deadline)."""
+
+    values: dict[str, dict[str, Any] | None] = field(default_factory=dict)
+    errors: dict[str, Exception] = field(default_factory=dict)
+
+    def progress(self, job_id: str) -> dict[str, Any] | None:
+        """The job's progress as its read returned it, raising what its read raised; None for
+        a job the batch did not read."""
+        error = self.errors.get(job_id)
+        if error is not None:
+            raise error
+        return self.values.get(job_id)
+
+
+class ProgressReader:
+    """Reads progress.json of many jobs at once, on a small pool of threads kept for the
+    daemon's life (a read that hangs past the deadline holds one thread, never a new one
+    per pass). Each thread takes the next job from the batch until none is left, so a
+    batch of thousands costs a few thread handoffs, not one per read. The batch waits at
+    most `deadline` seconds: a read still running then is reported as a StoreError and
+    its late answer is dropped; no job waiting behind it is started."""
+
+    def __init__(
+        self,
+        stores: CheckpointStores,
+        deadline: float = PROGRESS_READ_DEADLINE_S,
+        workers: int = PROGRESS_READ_WORKERS,
+    ) -> None:
+        self.stores = stores
+        self.deadline = deadline
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def _threads(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="progress")
+            return self._pool
+
+    def read(self, uris: Mapping[str, str]) -> ProgressReads:
+        """progress.json under each job's checkpoint URI (job id -> URI), read concurrently."""
+        if not uris:
+            return ProgressReads()
+        todo = iter(list(uris.items()))
+        found = ProgressReads()
+        lock = threading.Lock()
+        over = threading.Event()
+
+        def work() -> None:
+            while not over.is_set():
+                with lock:
+                    item = next(todo, None)
+                if item is None:
+                    return
+                job_id, uri = item
+                try:
+                    value = self.stores.progress(uri)
+                except Exception as e:  # StoreError, a document we cannot parse, a bug
+                    with lock:
+                        found.errors[job_id] = e
+                else:
+                    with lock:
+                        found.values[job_id] = value
+
+        pool = self._threads()
+        threads = [pool.submit(work) for _ in range(min(self.workers, len(uris)))]
+        _, late = wait(threads, timeout=self.deadline)
+        over.set()
+        for t in late:
+            t.cancel()  # still queued behind reads that hang: never start it
+        with lock:  # what arrived by now; a read that ends later writes to `found` unseen
+            out = ProgressReads(dict(found.values), dict(found.errors))
+        for job_id in uris:
+            if job_id not in out.values and job_id not in out.errors:
+                out.errors[job_id] = StoreError(
+                    f"progress.json: no answer within {self.deadline:g}s"
+                )
+        return out

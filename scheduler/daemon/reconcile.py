@@ -1,10 +1,10 @@
 """The reconcile loop: composes the controllers, one concern each, into the daemon's passes.
 
 Each pass is level-triggered and idempotent: observe the clouds, stop what must stop, step
-every job (settle, place, write intents), launch the new intents and adopt the old ones,
-collect leaks. Every cloud call is preceded by a committed intent, so a crash between any
-two steps is repaired by the next pass. Budget accrual and enforcement run as their own task
-(`accrue`) and never wait on a cloud call.
+every job (the next state of a job whose attempt ended, placement, launch intents), launch
+the new intents and adopt the old ones, collect leaks. Every cloud call is preceded by a
+committed intent, so a crash between any two steps is repaired by the next pass. Budget
+accrual and enforcement run as their own task (`accrue`) and never wait on a cloud call.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from scheduler.core.states import AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
 from scheduler.daemon.controllers.instances import InstanceController
-from scheduler.daemon.controllers.jobs import JobController
-from scheduler.daemon.controllers.launches import LaunchController
+from scheduler.daemon.controllers.job.controller import JobController
+from scheduler.daemon.controllers.launch.controller import LaunchController
 from scheduler.daemon.controllers.leaks import LeakController
 from scheduler.daemon.controllers.prices import PriceController
 from scheduler.daemon.controllers.spend import SpendController
@@ -72,7 +72,7 @@ class Reconciler:
         self.spend = SpendController(self.db, clock, self.catalogs, cfg)
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
         self.instances = InstanceController(
-            self.db, clock, clouds, self.stores, cfg, self.spend.settle_ended
+            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end
         )
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg

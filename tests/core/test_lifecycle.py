@@ -12,7 +12,7 @@ from scheduler.core.lifecycle import (
     Limits,
     backoff_seconds,
     classify_end,
-    settle,
+    next_state,
 )
 from scheduler.core.states import AttemptEnd, JobState
 
@@ -61,33 +61,33 @@ def _last(end: AttemptEnd, **kw: object) -> LastAttempt:
 
 
 def test_preemptions_recover_and_draw_on_their_own_budget() -> None:
-    t = settle(_job(), _last(AttemptEnd.INTERRUPTED), LIMITS)
+    t = next_state(_job(), _last(AttemptEnd.INTERRUPTED), LIMITS)
     assert (t.state, t.recoveries, t.failures) == (JobState.RECOVERING, 1, 0)
     # Unlimited by default, whatever the failures so far.
-    t = settle(_job(recoveries=500, failures=2), _last(AttemptEnd.INTERRUPTED), LIMITS)
+    t = next_state(_job(recoveries=500, failures=2), _last(AttemptEnd.INTERRUPTED), LIMITS)
     assert t.state is JobState.RECOVERING
     capped = Limits(max_attempts=3, max_preemptions=2)
-    t = settle(_job(recoveries=2), _last(AttemptEnd.INTERRUPTED), capped)
+    t = next_state(_job(recoveries=2), _last(AttemptEnd.INTERRUPTED), capped)
     assert t.state is JobState.FAILED and "max_preemptions" in t.reason
 
 
 def test_lost_and_rejected_attempts_draw_on_max_attempts() -> None:
-    t = settle(_job(), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
+    t = next_state(_job(), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
     assert t.state is JobState.PENDING and t.failures == 1 and "bad env name" in t.reason
-    t = settle(_job(failures=2), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
+    t = next_state(_job(failures=2), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
     assert t.state is JobState.FAILED and "3 attempts rejected" in t.reason
-    t = settle(_job(recoveries=1), _last(AttemptEnd.LOST), LIMITS)
+    t = next_state(_job(recoveries=1), _last(AttemptEnd.LOST), LIMITS)
     assert t.state is JobState.RECOVERING and t.failures == 1
 
 
 def test_terminal_outcomes() -> None:
-    assert settle(_job(), _last(AttemptEnd.FINISHED), LIMITS).state is JobState.SUCCEEDED
-    t = settle(_job(), _last(AttemptEnd.FAILED, exit_code=3), LIMITS)
+    assert next_state(_job(), _last(AttemptEnd.FINISHED), LIMITS).state is JobState.SUCCEEDED
+    t = next_state(_job(), _last(AttemptEnd.FAILED, exit_code=3), LIMITS)
     assert t.state is JobState.FAILED and "code 3" in t.reason
-    assert settle(_job(), _last(AttemptEnd.BUDGET), LIMITS).state is JobState.HELD
-    t = settle(_job(cancel_requested=True), _last(AttemptEnd.INTERRUPTED), LIMITS)
+    assert next_state(_job(), _last(AttemptEnd.BUDGET), LIMITS).state is JobState.HELD
+    t = next_state(_job(cancel_requested=True), _last(AttemptEnd.INTERRUPTED), LIMITS)
     assert t.state is JobState.CANCELLED
-    t = settle(_job(), _last(AttemptEnd.LAUNCH_FAILED, detail="no capacity"), LIMITS)
+    t = next_state(_job(), _last(AttemptEnd.LAUNCH_FAILED, detail="no capacity"), LIMITS)
     assert t.placeable and t.failures == 0
 
 

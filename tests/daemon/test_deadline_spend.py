@@ -15,7 +15,7 @@ from scheduler.core.deadline import DeadlineJob, DeadlinePlanner
 from scheduler.core.jobspec import JobSpec, jobspec_from_dict
 from scheduler.core.placement import PlacementContext, Requirements
 from scheduler.core.policy import ON_DEMAND, SPOT
-from scheduler.daemon.controllers.jobs import _deadline_job
+from scheduler.daemon.controllers.job.deadline_advice import deadline_job
 from scheduler.daemon.controllers.spend import unaccrued_usd
 from scheduler.state.models import Attempt
 from tests.support.fakes import NOW, offering
@@ -87,7 +87,7 @@ def test_a_running_attempt_counts_its_time_since_the_last_accrual(make_world):
         assert att is not None
         later = w.clock.now() + timedelta(hours=2)
         spec = JobSpec.model_validate_json(job.spec_json)
-        seen = _deadline_job(job, spec, later, att)
+        seen = deadline_job(job, spec, later, att)
     assert unaccrued_usd(att, later) == pytest.approx(0.9 * 2, rel=1e-3)
     assert seen.spent == pytest.approx(job.cost_usd + 0.9 * 2, rel=1e-3)
     assert seen.spent > job.cost_usd

@@ -17,7 +17,8 @@ from scheduler.core.catalog import Catalog
 from scheduler.core.jobspec import SpotPreference, parse_gpu
 from scheduler.core.placement import Candidates, PlacementContext, Requirements, place
 from scheduler.core.states import JobState
-from scheduler.daemon.controllers.jobs import JobController
+from scheduler.daemon.controllers.job.ends import AttemptEnds
+from scheduler.daemon.controllers.job.writes import DecisionWriter
 from scheduler.state import read_models
 from tests.support.fakes import NOW, offering
 
@@ -57,14 +58,14 @@ def test_a_job_whose_write_fails_is_isolated_from_its_batch(make_world, monkeypa
     w = make_world(backoff_base="60s")
     bad = w.submit(name="bad", gpus="V100:1")
     good = [w.submit(name=f"good{i}", gpus="V100:1") for i in range(5)]
-    real = JobController._intent_row
+    real = DecisionWriter._intent_row
 
     def broken(self, job, it):
         if job.id == bad:
             raise RuntimeError("disk says no")
         return real(self, job, it)
 
-    monkeypatch.setattr(JobController, "_intent_row", broken)
+    monkeypatch.setattr(DecisionWriter, "_intent_row", broken)
     w.tick()
     assert all(w.job(j).state is JobState.RUNNING for j in good)
     job = w.job(bad)
@@ -73,10 +74,10 @@ def test_a_job_whose_write_fails_is_isolated_from_its_batch(make_world, monkeypa
 
 
 @pytest.mark.slow
-def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_world, monkeypatch):
+def test_a_wave_of_endings_is_recorded_and_acted_on_in_a_few_transactions(make_world, monkeypatch):
     """60 instances interrupted at once (a zone reclaimed): one pass records every end and
-    settles every job in a handful of commits (it was two per job), and each job is
-    RECOVERING with its attempt billed up to the end and its pool's interruption counted."""
+    writes every job's next state in a handful of commits (it was two per job), and each
+    job is RECOVERING with its attempt billed up to the end and its pool's interruption counted."""
     from scheduler.core.states import AttemptEnd
     from scheduler.state.models import PoolState
 
@@ -103,7 +104,8 @@ def test_a_wave_of_endings_is_recorded_and_settled_in_a_few_transactions(make_wo
 @pytest.mark.slow
 def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_world, monkeypatch):
     """The batch that holds a bad attempt is written again one by one: the others end and
-    settle this pass; the bad one is retried (and ends) on a later pass."""
+    their jobs take their next state this pass; the bad one is retried (and ends) on a
+    later pass."""
     from scheduler.core.states import AttemptState
     from scheduler.daemon.controllers.instances import InstanceController
 
@@ -130,31 +132,30 @@ def test_one_attempt_that_cannot_be_recorded_leaves_its_batch_recorded(make_worl
     assert w.job(ids[2]).state is JobState.SUCCEEDED
 
 
-def test_a_job_that_cannot_be_settled_in_its_batch_is_settled_alone(
-    make_world, monkeypatch, caplog
-):
-    """A settle that fails in the batch is retried in the job's own step, whose failure is
-    that job's alone (backed off, counted); every other job of the batch settles."""
+def test_a_job_whose_next_state_fails_in_its_batch_gets_it_alone(make_world, monkeypatch, caplog):
+    """A next state that fails to be written in the batch is retried in the job's own step,
+    whose failure is that job's alone (backed off, counted); every other job of the batch
+    takes its next state."""
     w = make_world(backoff_base="60s")
     ids = [w.submit(name=f"j{i}", gpus="V100:1") for i in range(5)]
     w.tick()
     for inst in w.provider.running():
         w.provider.end(inst.id, EndReason.EXITED, exit_code=0)
-    real = JobController._settle_in
+    real = AttemptEnds._write_next_state
 
     def broken(self, s, job, last, now, progress=None):
         if job.id == ids[1]:
             raise RuntimeError("disk says no")
         return real(self, s, job, last, now, progress)
 
-    monkeypatch.setattr(JobController, "_settle_in", broken)
+    monkeypatch.setattr(AttemptEnds, "_write_next_state", broken)
     w.tick()
     assert [j for j in ids if w.job(j).state is not JobState.SUCCEEDED] == [ids[1]]
     # The operator reads why the batch was split, in one line.
-    assert "settling 5 jobs together failed (disk says no)" in caplog.text
+    assert "writing the next state of 5 jobs together failed (disk says no)" in caplog.text
     job = w.job(ids[1])
     assert job.step_failures == 1 and [e.job_id for e in w.events("step_failed")] == [ids[1]]
-    monkeypatch.setattr(JobController, "_settle_in", real)
+    monkeypatch.setattr(AttemptEnds, "_write_next_state", real)
     w.tick(61)
     assert w.job(ids[1]).state is JobState.SUCCEEDED
 
@@ -401,7 +402,7 @@ def test_a_launch_recorded_in_bulk_writes_the_rows_the_orm_path_writes(make_worl
 
     from providers.base import Instance, InstanceState
     from scheduler.daemon.controllers.base import Result
-    from scheduler.daemon.controllers.launches import _record_launched
+    from scheduler.daemon.controllers.launch.records import record_launched
     from scheduler.state.audit import emit_many
     from scheduler.state.models import Attempt, AttemptInstance, Event, Job
 
@@ -420,11 +421,11 @@ def test_a_launch_recorded_in_bulk_writes_the_rows_the_orm_path_writes(make_worl
 
     with w.rec.db.write() as s:
         events: list[dict] = []
-        done = _record_launched(s, {bulk: Result(value=[inst(0)])}, now, events)
+        done = record_launched(s, {bulk: Result(value=[inst(0)])}, now, events)
         emit_many(s, events)
     assert list(done) == [bulk] and done[bulk].launched
     with w.rec.db.write() as s:
-        w.rec.launches._record_in(s, orm, [inst(1)], None, now)
+        w.rec.launches.records.record_in(s, orm, [inst(1)], None, now)
     with Session(w.rec.engine) as s:
         nodes = {r.attempt_id: r for r in s.exec(select(AttemptInstance)).all()}
         attempts = {aid: s.get(Attempt, aid) for aid in (bulk, orm)}

@@ -126,7 +126,7 @@ def test_an_unreadable_store_is_never_read_as_absent(make_world, monkeypatch):
     w.provider.end(a.instance_id, EndReason.EXITED, exit_code=None)
     w.tick(n=3)
     (a,) = w.attempts(jid)
-    assert a.state is not AttemptState.ENDED, "settled on a failed read"
+    assert a.state is not AttemptState.ENDED, "ended on a failed read"
     assert len(w.events("store_unreadable")) == 1  # said once, not every pass
     monkeypatch.setattr(CheckpointStores, "read", real)
     _ckpt(w, jid).mkdir(parents=True, exist_ok=True)

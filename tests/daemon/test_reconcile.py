@@ -427,7 +427,7 @@ def test_deadline_policy_moves_running_job_back_to_spot(make_world):
     assert attempts[-1].market == "spot" and attempts[-1].state is AttemptState.RUNNING
     assert w.job(jid).recoveries == 0  # a move by policy is not a recovery
     assert w.events("policy_move")
-    # Settled on spot: no further moves while nothing changes.
+    # On spot to stay: no further moves while nothing changes.
     w.tick(1800, n=3)
     assert len(w.attempts(jid)) == len(attempts)
 
@@ -528,7 +528,9 @@ def test_an_interrupted_job_keeps_the_step_of_its_notice_checkpoint(make_world):
 
 @pytest.mark.parametrize("error", ["store", "bug"])
 @pytest.mark.slow
-def test_an_unreadable_store_at_the_end_still_settles_the_job(make_world, monkeypatch, error):
+def test_an_unreadable_store_at_the_end_still_gives_the_job_its_next_state(
+    make_world, monkeypatch, error
+):
     from scheduler.daemon.checkpoints import StoreError
 
     w, jid, a, ckpt = _running_at_step(make_world, 7, 10)

@@ -9,6 +9,11 @@ the others are told to checkpoint (a "peer" stop: terminate, which the trainer a
 the common checkpoint on the step every rank agreed on), and the attempt ends when every node
 has, classified from all of them (lifecycle.classify_gang). A gang not whole within the
 launch timeout is stopped and its pool marked.
+
+One file, unlike the job and launch controllers: it is one phase (the clouds' listing, then
+what it says written back), and its single-instance and gang paths share the store reads
+made before the transaction, the wait for an unreadable store and the billing to an end;
+kept apart, code that has to change together would sit in two files.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ class InstanceController:
         clouds: Callable[[], Clouds],
         stores: CheckpointStores,
         config: Callable[[], Config],
-        settle: Callable[[Session, datetime, list[str]], None],
+        bill_to_end: Callable[[Session, datetime, list[str]], None],
     ) -> None:
         self._config = config
         self.db = db
@@ -91,8 +96,8 @@ class InstanceController:
         self._clouds = clouds
         self.stores = stores
         # Bills attempts whose end this controller writes up to that end, in the same write
-        # (SpendController.settle_ended): an accrual may have charged past it already.
-        self._settle = settle
+        # (SpendController.bill_to_end): an accrual may have charged past it already.
+        self._bill_to_end = bill_to_end
 
     def observe(self) -> None:
         clouds = self._clouds()
@@ -257,13 +262,13 @@ class InstanceController:
             if mine and all(r.state is AttemptState.ENDED for r in mine):
                 if unreadable is None:
                     self._end_gang(s, a, list(mine), failures, done, code, now)
-                    self._settle(s, now, [a.id])
+                    self._bill_to_end(s, now, [a.id])
                 else:
                     ends = [r.ended_at for r in mine if r.ended_at is not None]
                     self._await_store(s, a, max(ends, default=now), unreadable, now)
                 return
             if node_ended:  # one node's end, while its peers run: billed to its end now
-                self._settle(s, now, [a.id])
+                self._bill_to_end(s, now, [a.id])
             lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
             if (noticed or lost) and a.stop_requested_at is None:
                 # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
@@ -429,11 +434,11 @@ class InstanceController:
         self, s: Session, a: Attempt, ended_at: datetime, error: Exception, now: datetime
     ) -> None:
         """The instance (every node of a gang) ended but its store cannot be read: billing
-        stops at the end, settled in this write, and the outcome waits for the store (said
+        stops at the end, billed to it in this write, and the outcome waits for the store (said
         once per reason, not every pass)."""
         if a.ended_at is None:
             a.ended_at = ended_at
-            self._settle(s, now, [a.id])
+            self._bill_to_end(s, now, [a.id])
         msg = f"cannot read the checkpoint store ({error}); will retry"
         if a.detail != msg:
             a.detail = msg
@@ -464,7 +469,7 @@ class InstanceController:
                     self._running(s, a, inst, now, known)
                 else:
                     self._end(s, a, inst, facts, now, known)
-            self._settle(s, now, [x.attempt_id for x, _, facts in batch if facts is not None])
+            self._bill_to_end(s, now, [x.attempt_id for x, _, facts in batch if facts is not None])
             del held
 
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:

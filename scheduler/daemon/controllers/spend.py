@@ -88,7 +88,7 @@ class SpendController:
         with self.db.write() as s:
             self.enforce(s, now)
 
-    def settle_ended(self, s: Session, now: datetime, attempt_ids: Sequence[str]) -> None:
+    def bill_to_end(self, s: Session, now: datetime, attempt_ids: Sequence[str]) -> None:
         """Bill these attempts, whose end (or a node's) was just written, up to that end in
         the same transaction, and publish the budgets again: an end learned after an accrual
         had charged past it is refunded at once, so a job's cost, its buckets and its
@@ -128,7 +128,7 @@ class SpendController:
                     job_delta[a.job_id] = job_delta.get(a.job_id, 0.0) + delta
                 continue
             start = a.accrued_until or a.started_at
-            # An attempt whose instance ended but whose outcome is unsettled (store unreadable)
+            # An attempt whose instance ended but whose outcome is not known yet (store unreadable)
             # carries ended_at already: billing stops there too.
             ended = a.ended_at is not None
             end = a.ended_at if a.ended_at is not None else now
@@ -419,7 +419,7 @@ def _buckets_since(
 
 def hold_for_budget(job: Job, rule: budgets.BudgetRule, reason: str, now: datetime) -> None:
     """HELD under `rule`, with the window and limit it was held in: the job is released when
-    the window resets or the limit is raised (JobController._hold_ends)."""
+    the window resets or the limit is raised (job.holds.BudgetHolds.hold_ends)."""
     job.state, job.reason, job.updated_at = JobState.HELD, reason, now
     job.held_budget = rule.name
     job.held_window_start = budgets.window_start(rule.window, now)

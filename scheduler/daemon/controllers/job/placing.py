@@ -1,0 +1,67 @@
+"""Where a waiting job goes: a launch intent, a budget hold, or the reason it waits.
+
+Placement is pure (scheduler.core.placement, and the deadline policy for a job with a
+deadline): decided in memory on the pass's facts and left in the pass's writes. Each intent
+lowers the budget headroom the next job of the same pass sees by the burn the launch will
+reserve (N x the price for a gang), so one pass never places more than a budget pays for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime
+
+from scheduler.core.config import Config
+from scheduler.core.deadline import DeadlinePlanner
+from scheduler.core.placement import place
+from scheduler.daemon.controllers.base import Db
+from scheduler.daemon.controllers.job.deadline_advice import advise, deadline_job
+from scheduler.daemon.controllers.job.holds import budget_to_hold_under
+from scheduler.daemon.controllers.job.snapshot import PassFacts
+from scheduler.daemon.controllers.job.writes import Hold, Intent, PassWrites
+from scheduler.state.models import Job
+
+
+class Placement:
+    def __init__(
+        self, db: Db, config: Callable[[], Config], planner: Callable[[], DeadlinePlanner]
+    ) -> None:
+        self.db = db
+        self._config = config
+        self._planner = planner
+
+    def place(self, job: Job, facts: PassFacts, now: datetime, writes: PassWrites) -> None:
+        """Decide where `job` goes (pure); the intent is written with the pass's batch."""
+        spec = facts.spec(job.spec_json)
+        req = facts.requirements(spec)
+        ctx = facts.placement_context(job, spec, now, self._config().policy.restart_overhead)
+        if job.deadline is not None and spec.gpu_hours:
+            with self.db.write() as s:
+                advice = advise(
+                    s, self._planner(), now, deadline_job(job, spec, now), req, facts.catalog, ctx
+                )
+            if advice.context is None:
+                writes.explain(job, advice.reason, now)
+                return
+            ctx = advice.context
+        decision = place(req, facts.catalog, ctx, facts.memo)
+        if decision.offering is None:
+            budget = budget_to_hold_under(job, req, ctx, facts)
+            if budget is not None:
+                why = f"{decision.reason}; held until budget '{budget}' has a new window or limit"
+                writes.holds.append(Hold(job.id, budget, why, now))
+                return
+            writes.explain(job, decision.reason, now)
+            return
+        o = decision.offering
+        shrunk = decision.reason if decision.nodes < req.nodes else ""
+        writes.intents.append(Intent(job.id, o, now, decision.nodes, shrunk))
+        # The next job in this pass sees the smaller headroom (the launch reserves its burn,
+        # N x the price for a gang).
+        facts.statuses = [
+            replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour * decision.nodes)
+            if st.rule.applies_to(job.name, job.team)
+            else st
+            for st in facts.statuses
+        ]
