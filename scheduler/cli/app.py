@@ -1,0 +1,145 @@
+"""The `spotwise` command line: the table of every command and the module that holds it.
+
+One list a reader takes in at a glance, as a daemon's list of controllers. Each module holds
+one group of commands and imports what they use; `lazy_group` builds the Typer application
+from this table and imports a command's module only when that command runs or its help is
+asked for. `app` (the Typer application the tests invoke) is built on first use, so that
+`spotwise --version` is answered before Typer is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+class Command:
+    """One command: its name, the module of scheduler/cli whose `commands` (a Typer)
+    registers it, and its one-line help, the first paragraph of its docstring (a test
+    compares the two).
+    `optional`: absent rather than an error when its module cannot be imported (the
+    benchmarks, in an install trimmed of the lab)."""
+
+    __slots__ = ("help", "module", "name", "optional")
+
+    def __init__(self, name: str, module: str, help: str, optional: bool = False) -> None:
+        self.name, self.help, self.optional = name, help, optional
+        self.module = f"scheduler.cli.{module}"
+
+
+HELP = "Cost-aware Spot GPU scheduler: live prices, budgets, interruption-safe jobs."
+
+# In the order `spotwise --help` lists them.
+COMMANDS = (
+    Command("daemon", "daemon", "Run the daemon in the foreground (what systemd starts)."),
+    Command("submit", "desired", "Validate and enqueue a job; prints its id."),
+    Command(
+        "status", "status", "One row per job, active and newest first: what it is doing and why."
+    ),
+    Command("show", "show", "One job: attempts, events, cost."),
+    Command(
+        "logs",
+        "logs",
+        "A job's stdout and stderr (the local market's files; for clouds, where they are).",
+    ),
+    Command(
+        "cancel",
+        "desired",
+        "Cancel a job, or every unfinished job of a team (instances checkpoint and stop).",
+    ),
+    Command(
+        "release",
+        "desired",
+        "Put a HELD job back in the queue (a budget that still binds holds it again).",
+    ),
+    Command("requeue", "desired", "Run a FAILED job again, with its failure counters reset."),
+    Command("prices", "prices", "Current offerings from the configured providers, cheapest first."),
+    Command(
+        "budget",
+        "spend",
+        "Each budget: limit, window, spent, projected to the window's end, state.",
+    ),
+    Command(
+        "cost",
+        "spend",
+        "What was spent, by team, job, cloud or day (the hourly spend budgets use).",
+    ),
+    Command(
+        "report",
+        "spend",
+        "Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours.",
+    ),
+    Command("events", "show", "The audit log: what the daemon decided and why."),
+    Command(
+        "check-config", "admin", "Validate a config file; exit 2 with one message per problem."
+    ),
+    Command("db", "admin", "The database schema (Alembic migrations)."),
+    Command("service", "admin", "Run the daemon as a systemd service."),
+    Command(
+        "demo", "demo", "The whole system on the local market, start to finish (a minute or two)."
+    ),
+    Command(
+        "bench", "bench", "Benchmarks against baselines measured in the same run.", optional=True
+    ),
+)
+
+
+def version_line() -> str:
+    """'spotwise X.Y.Z', from the installed distribution's metadata ('unknown' in a source
+    tree never installed). The metadata file is read directly where it is found on the path:
+    importing importlib.metadata to find it costs more than the rest of `--version`."""
+    for entry in sys.path:
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("spotwise-") and name.endswith(".dist-info"):
+                version = _metadata_version(os.path.join(entry, name, "METADATA"))
+                if version:
+                    return f"spotwise {version}\n"
+    try:
+        from importlib.metadata import version as installed
+
+        return f"spotwise {installed('spotwise')}\n"
+    except Exception:  # running from a source tree that was never installed
+        return "spotwise unknown\n"
+
+
+def _metadata_version(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip() or None
+                if not line.strip():  # the headers end at the first blank line
+                    return None
+    except OSError:
+        pass
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """`app`, the Typer application, built on first use (see the module's docstring)."""
+    if name != "app":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from scheduler.cli.lazy_group import root_app
+
+    built = globals()["app"] = root_app(COMMANDS, HELP, version_line)
+    return built
+
+
+def main() -> None:
+    """The `spotwise` console script: a failure a person can act on is one `error:` line
+    per problem and its exit code; anything else is a bug, and its traceback follows."""
+    if sys.argv[1:] == ["--version"]:
+        sys.stdout.write(version_line())
+        return
+    try:
+        __getattr__("app")()
+    except Exception as e:
+        from scheduler.cli.common import exit_on_known_error
+
+        exit_on_known_error(e)
+        raise
