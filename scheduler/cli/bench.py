@@ -505,26 +505,25 @@ def bench_cli(
 
 def cli_table(doc: dict[str, Any]) -> list[str]:
     """`bench cli`'s table, 80 columns wide, and the lines that say what it measured."""
-    line = "{:<24} {:>9} {:>8} {:>9} {:>13} {:>5}"
+    line = "{:<22} {:>9} {:>7} {:>7} {:>9} {:>10} {:>4}"
     out = [
         f"spotwise command line: {doc['runs']} runs of each case, a new process each",
-        line.format("case", "median ms", "p90 ms", "over bare", "target", "met"),
+        line.format("case", "median ms", "p90 ms", "CPU ms", "over bare", "target", "met"),
     ]
     for c in doc["cases"]:
         if c["target_ms"] is not None:
-            target = f"<= {c['target_ms']:g} ms"
+            target = f"<={c['target_ms']:g} ms"
         elif c["target_over_bare_ms"] is not None:
-            target = f"<= bare+{c['target_over_bare_ms']:g}"
+            target = f"<=bare+{c['target_over_bare_ms']:g}"
         else:
             target = "-"
         over = "-" if c["over_bare_ms"] is None else f"{c['over_bare_ms']:+.0f}"
         met = {None: "-", True: "yes", False: "no"}[c["met"]]
-        out.append(
-            line.format(c["case"], f"{c['median_ms']:.0f}", f"{c['p90_ms']:.0f}", over, target, met)
-        )
+        figures = (f"{c[k]:.0f}" for k in ("median_ms", "p90_ms", "cpu_ms"))
+        out.append(line.format(c["case"], *figures, over, target, met))
     out += [
-        f"over bare: the case's median minus bare Python's; large: {doc['large_jobs']:,} jobs",
+        "over bare: the case's median minus bare Python's; CPU: user+system, median",
+        f"large: {doc['large_jobs']:,} jobs; Python {doc['python']}, {doc['cpus']} CPUs",
         f"program: {' '.join(doc['program'])}",
-        f"Python {doc['python']}, {doc['cpus']} CPUs",
     ]
     return out
