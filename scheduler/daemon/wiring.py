@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from providers.base import Provider
+from typing import TYPE_CHECKING
+
 from scheduler.core.clock import Clock, RealClock, ScaledClock
 from scheduler.core.config import Config, local_settings
+
+if TYPE_CHECKING:  # the read commands take the clock without any provider's code
+    from providers.base import Provider
 
 
 def build_providers(config: Config, *, read_only: bool = False) -> dict[str, Provider]:

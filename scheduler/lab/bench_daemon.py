@@ -1,10 +1,11 @@
-"""`spotwise bench daemon`: the real controllers over the in-memory cloud, at scale.
+"""What `spotwise bench daemon` measures: the real controllers over the in-memory cloud, at scale.
 
 Measures what an operator pays for the daemon itself: CPU per reconcile pass (and per job)
 for the pass that launches every pending job and for a steady pass, the `status -o json`
 read, and the idle daemon's CPU and memory over a history of finished jobs. Same code and
 the default configuration the daemon runs; no warm caches (each size starts from an empty
-database). The targets it was built to meet are printed next to each figure.
+database). The targets it was built to meet are printed next to each figure (the table is
+scheduler/cli/bench.py's).
 """
 
 from __future__ import annotations
@@ -18,13 +19,12 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-import typer
 
 from providers.base import EndReason, Market, Offering
 from providers.fake import FakeCloud
@@ -53,7 +53,7 @@ def _offerings() -> list[Offering]:
     return out
 
 
-def _insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime, stores: Path) -> None:
+def insert_jobs(engine: sa.Engine, n: int, *, finished: bool, now: datetime, stores: Path) -> None:
     """Bulk rows, as a long-lived database would hold them (finished: one attempt each).
     Checkpoint stores live under `stores` (the run's temporary directory)."""
     jobs, attempts, buckets = [], [], []
@@ -188,8 +188,8 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path, cli_run
     config = Config(daemon=DaemonSettings(database_url=f"sqlite:///{db}", state_dir=workdir))
     rec = Reconciler(engine, config, {"fake": cloud}, clock)
     rec.poll_prices()
-    _insert_jobs(engine, history, finished=True, now=clock.now(), stores=workdir / "stores")
-    _insert_jobs(engine, jobs, finished=False, now=clock.now(), stores=workdir / "stores")
+    insert_jobs(engine, history, finished=True, now=clock.now(), stores=workdir / "stores")
+    insert_jobs(engine, jobs, finished=False, now=clock.now(), stores=workdir / "stores")
     clock.advance(5)
     t = _cpu()
     rec.reconcile()  # places and launches every pending job
@@ -347,64 +347,3 @@ def verdicts(rows: list[Row]) -> list[str]:
                 f"{a.rss_mb:.0f} MB (target < 1%, < 150 MB with 10,000 finished): {idle}"
             )
     return out
-
-
-def bench_daemon(
-    quick: bool = typer.Option(False, "--quick", help="Small sizes (seconds, for tests)"),
-    output: str = typer.Option("table", "--output", "-o", help="table or json"),
-    idle: float = typer.Option(20.0, help="Seconds of idle schedule to measure"),
-    jobs: list[int] = typer.Option(
-        [], "--jobs", "-n", help="Pending jobs per run (repeatable; default 100, 1000, 10000)"
-    ),
-    history: list[int] = typer.Option(
-        [], "--history", help="Finished jobs already in the database (repeatable; 0, 10000)"
-    ),
-) -> None:
-    """The daemon's own cost: CPU per pass and per job, status time, idle CPU and memory."""
-    sizes = jobs or ([10, 100] if quick else [100, 1000, 10000])
-    histories = history or ([0, 100] if quick else [0, 10000])
-    rows = run(sizes, histories, 1.0 if quick else idle, 1 if quick else 3)
-    if output == "json":
-        typer.echo(
-            json.dumps({"rows": [asdict(r) for r in rows], "verdicts": verdicts(rows)}, indent=2)
-        )
-        return
-    cols = (
-        "jobs",
-        "history",
-        "launch s",
-        "ms/job",
-        "steady s",
-        "ms/job",
-        "accrue s",
-        "status ms",
-        "st cpu ms",
-        "st cli ms",
-        "end s",
-        "idle %",
-        "RSS MB",
-    )
-    typer.echo(" ".join(f"{c:>9}" for c in cols))
-    for r in rows:
-        cells = (
-            r.jobs,
-            r.history,
-            r.launch_pass_cpu_s,
-            r.launch_per_job_ms,
-            r.steady_pass_cpu_s,
-            r.steady_per_job_ms,
-            r.accrue_cpu_s,
-            r.status_ms,
-            r.status_cpu_ms,
-            r.status_cli_ms,
-            r.end_pass_cpu_s,
-            r.idle_cpu_pct,
-            r.rss_mb,
-        )
-        typer.echo(" ".join(f"{c:>9}" for c in cells))
-    for v in verdicts(rows):
-        typer.echo(v)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("daemon")(bench_daemon)

@@ -2,6 +2,12 @@
 
 One field name per concept in every document: `cost_usd` is what a job or attempt has cost,
 `instance_id` the provider's instance id; budgets keep `spent_usd` (a window's spend).
+
+What `status`, `show`, `logs` and `events` read is plain SQL over a DB-API connection
+(read_connection: sqlite3 on SQLite, the engine's own connection elsewhere), so those
+commands never import SQLAlchemy or the tables; the spend reads (budgets, costs) use the
+tables and are imported with them. One module, over 600 lines: every read a command prints
+and the one JSON encoding all of them are written with (scripts compare it byte for byte).
 """
 
 from __future__ import annotations
@@ -15,17 +21,18 @@ from enum import Enum
 from itertools import chain, cycle
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Engine
-from sqlmodel import Session, col, func, select
-
-from providers.base import Provider
 from scheduler.core.config import Config, local_settings
+from scheduler.core.errors import UserError
 from scheduler.core.states import AttemptState, JobState
-from scheduler.state.desired import resolve
-from scheduler.state.models import Attempt, AttemptInstance, BudgetSpend, Event, Job, SpendBucket
+from scheduler.state.read_connection import Query, placeholders, reading
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from providers.base import Provider
+    from scheduler.state.read_connection import Database
 
 # Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
 JSON_VERSION = 2
@@ -124,87 +131,109 @@ def _encode_table(fields: tuple[str, ...], values: list[Any]) -> str:
     return "".join(chain((first,), pieces, ("\n    }\n  ]",)))
 
 
-def _node_row(n: AttemptInstance) -> dict[str, Any]:
+# The columns each row builder reads, in the order the queries select them.
+_JOB_COLUMNS = (
+    "id", "name", "team", "state", "reason", "cost_usd", "attempts", "recoveries",
+    "progress_step", "total_steps", "deadline", "checkpoint_uri", "created_at", "updated_at",
+)  # fmt: skip
+_ATTEMPT_COLUMNS = (
+    "id", "number", "provider", "cloud", "region", "zone", "instance_type", "market", "pool",
+    "price_per_hour", "instance_id", "state", "created_at", "started_at", "ended_at",
+    "end_reason", "exit_code", "cost_usd", "nodes", "detail",
+)  # fmt: skip
+_NODE_COLUMNS = (
+    "attempt_id", "node", "instance_id", "zone", "state", "started_at", "ended_at",
+    "end_reason", "exit_code", "cost_usd",
+)  # fmt: skip
+_EVENT_COLUMNS = ("id", "at", "level", "kind", "job_id", "attempt_id", "message")
+
+
+def _select(table: str, columns: tuple[str, ...]) -> str:
+    return f"SELECT {', '.join(columns)} FROM {table}"
+
+
+def _node_row(n: dict[str, Any]) -> dict[str, Any]:
     return {
-        "node": n.node,
-        "instance_id": n.instance_id,
-        "zone": n.zone,
-        "state": n.state.value if n.state else None,
-        "started_at": n.started_at,
-        "ended_at": n.ended_at,
-        "end_reason": n.end_reason,
-        "exit_code": n.exit_code,
-        "cost_usd": round(n.cost_usd, 6),
+        "node": n["node"],
+        "instance_id": n["instance_id"],
+        "zone": n["zone"],
+        "state": n["state"] or None,
+        "started_at": _when(n["started_at"]),
+        "ended_at": _when(n["ended_at"]),
+        "end_reason": n["end_reason"],
+        "exit_code": n["exit_code"],
+        "cost_usd": round(n["cost_usd"], 6),
     }
 
 
-def _attempt_row(a: Attempt, nodes: list[AttemptInstance] | None = None) -> dict[str, Any]:
+def _attempt_row(a: dict[str, Any], nodes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return {
-        "id": a.id,
-        "number": a.number,
-        "provider": a.provider,
-        "cloud": a.cloud,
-        "region": a.region,
-        "zone": a.zone,
-        "instance_type": a.instance_type,
-        "market": a.market,
-        "pool": a.pool,
-        "price_per_hour": a.price_per_hour,
-        "instance_id": a.instance_id,
-        "state": a.state.value,
-        "created_at": a.created_at,
-        "started_at": a.started_at,
-        "ended_at": a.ended_at,
-        "end_reason": a.end_reason.value if a.end_reason else None,
-        "exit_code": a.exit_code,
-        "cost_usd": round(a.cost_usd, 6),
-        "nodes": a.nodes,
-        "detail": a.detail,
+        "id": a["id"],
+        "number": a["number"],
+        "provider": a["provider"],
+        "cloud": a["cloud"],
+        "region": a["region"],
+        "zone": a["zone"],
+        "instance_type": a["instance_type"],
+        "market": a["market"],
+        "pool": a["pool"],
+        "price_per_hour": a["price_per_hour"],
+        "instance_id": a["instance_id"],
+        "state": a["state"],
+        "created_at": _when(a["created_at"]),
+        "started_at": _when(a["started_at"]),
+        "ended_at": _when(a["ended_at"]),
+        "end_reason": a["end_reason"] or None,
+        "exit_code": a["exit_code"],
+        "cost_usd": round(a["cost_usd"], 6),
+        "nodes": a["nodes"],
+        "detail": a["detail"],
         # One per node (a gang's N instances, each billed at the price paid).
         "instances": [_node_row(n) for n in nodes or []],
     }
 
 
-def _job_row(j: Job, current: Attempt | None) -> dict[str, Any]:
-    live = current if current is not None and current.state is not AttemptState.ENDED else None
+def _job_row(j: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any]:
+    ended = AttemptState.ENDED.value
+    live = current if current is not None and current["state"] != ended else None
     return {
-        "id": j.id,
-        "name": j.name,
-        "team": j.team,
-        "state": j.state.value,
-        "reason": j.reason,
-        "cloud": live.cloud if live else None,
-        "region": live.region if live else None,
-        "zone": live.zone if live else None,
-        "instance_type": live.instance_type if live else None,
-        "instance_id": live.instance_id if live else None,
-        "market": live.market if live else None,
-        "price_per_hour": live.price_per_hour if live else None,
-        "cost_usd": round(j.cost_usd, 6),
-        "attempts": j.attempts,
-        "recoveries": j.recoveries,
-        "progress_step": j.progress_step,
-        "total_steps": j.total_steps,
-        "deadline": j.deadline,
-        "checkpoint_uri": j.checkpoint_uri,
-        "created_at": j.created_at,
-        "updated_at": j.updated_at,
+        "id": j["id"],
+        "name": j["name"],
+        "team": j["team"],
+        "state": j["state"],
+        "reason": j["reason"],
+        "cloud": live["cloud"] if live else None,
+        "region": live["region"] if live else None,
+        "zone": live["zone"] if live else None,
+        "instance_type": live["instance_type"] if live else None,
+        "instance_id": live["instance_id"] if live else None,
+        "market": live["market"] if live else None,
+        "price_per_hour": live["price_per_hour"] if live else None,
+        "cost_usd": round(j["cost_usd"], 6),
+        "attempts": j["attempts"],
+        "recoveries": j["recoveries"],
+        "progress_step": j["progress_step"],
+        "total_steps": j["total_steps"],
+        "deadline": _when(j["deadline"]),
+        "checkpoint_uri": j["checkpoint_uri"],
+        "created_at": _when(j["created_at"]),
+        "updated_at": _when(j["updated_at"]),
     }
 
 
 def job_rows(
-    engine: Engine,
+    db: Database,
     *,
     states: list[str] | None = None,
     team: str | None = None,
     iso_times: bool = False,
 ) -> list[dict[str, Any]]:
     """Jobs with their latest attempt unless it ended, active first, then newest first. One
-    query of plain columns: no ORM object per row, so `status` over tens of thousands of
-    jobs stays fast.
+    query of plain columns: no object per row, so `status` over tens of thousands of jobs
+    stays fast.
     `iso_times` gives times as the ISO-8601 text `json_default` writes (for a document
     encoded at once) instead of datetimes."""
-    rows = _status_rows(engine, states, team)
+    rows = _status_rows(db, states, team)
     to = _iso if iso_times else _when
     return [
         dict(
@@ -219,12 +248,12 @@ def job_rows(
 
 
 def job_rows_json(
-    engine: Engine, *, states: list[str] | None = None, team: str | None = None
+    db: Database, *, states: list[str] | None = None, team: str | None = None
 ) -> EncodedJson:
     """`job_rows(iso_times=True)` as `dumps_document` encodes it, a column at a time instead
     of a dict per row: over 10,000 jobs the dicts cost more than the query."""
     width = len(_STATUS_FIELDS)
-    values = list(chain.from_iterable(_status_rows(engine, states, team)))
+    values = list(chain.from_iterable(_status_rows(db, states, team)))
     for i, name in enumerate(_STATUS_FIELDS):
         if name == "cost_usd":
             values[i::width] = [round(x, 6) for x in values[i::width]]
@@ -233,13 +262,13 @@ def job_rows_json(
     return EncodedJson(_encode_table(_STATUS_FIELDS, values))
 
 
-def _status_rows(
-    engine: Engine, states: list[str] | None, team: str | None
-) -> list[tuple[Any, ...]]:
+def _status_rows(db: Database, states: list[str] | None, team: str | None) -> list[tuple[Any, ...]]:
     """`_STATUS_FIELDS` per job, times as stored, in status order: active first, then newest
     first, then by id (ids are unique: the order is total). Sorted here, not by the query:
     SQLite's sorter would carry every column of every row through a temporary b-tree."""
-    rows = _fetch(engine, _status_query(states, team))
+    sql, params = _status_query(states, team)
+    with reading(db) as query:
+        rows = query(sql, params)
     rows.sort(key=itemgetter(_STATUS_FIELDS.index("id")))
     rows.sort(key=itemgetter(_STATUS_FIELDS.index("created_at")), reverse=True)  # stable
     state = _STATUS_FIELDS.index("state")
@@ -248,42 +277,29 @@ def _status_rows(
     ]
 
 
-def _status_query(states: list[str] | None, team: str | None) -> sa.Select[Any]:
-    jt, at = _table(Job), _table(Attempt)
-    j = jt.c
-    # A job's latest attempt is the one numbered `job.attempts` (both are written in one
-    # transaction: see Attempt.number), found through (job_id, number) per job.
-    live_attempt = at.alias("live")
-    live = live_attempt.c
-    latest = sa.and_(live.job_id == j.id, live.number == j.attempts, _raw(live.state).in_(_LIVE))
-    q = sa.select(  # in the document's field order: see _STATUS_FIELDS
-        j.id,
-        j.name,
-        j.team,
-        _raw(j.state),
-        j.reason,
-        live.cloud,
-        live.region,
-        live.zone,
-        live.instance_type,
-        live.instance_id,
-        live.market,
-        live.price_per_hour,
-        j.cost_usd,
-        j.attempts,
-        j.recoveries,
-        j.progress_step,
-        j.total_steps,
-        _raw(j.deadline),
-        j.checkpoint_uri,
-        _raw(j.created_at),
-        _raw(j.updated_at),
-    ).select_from(jt.outerjoin(live_attempt, latest))
+def _status_query(states: list[str] | None, team: str | None) -> tuple[str, list[Any]]:
+    """The status query and its parameters. A job's latest attempt is the one numbered
+    `job.attempts` (both are written in one transaction: see Attempt.number), found through
+    (job_id, number) per job, and shown only while it is live."""
+    # in the document's field order: see _STATUS_FIELDS
+    sql = (
+        "SELECT job.id, job.name, job.team, job.state, job.reason, live.cloud, live.region, "
+        "live.zone, live.instance_type, live.instance_id, live.market, live.price_per_hour, "
+        "job.cost_usd, job.attempts, job.recoveries, job.progress_step, job.total_steps, "
+        "job.deadline, job.checkpoint_uri, job.created_at, job.updated_at "
+        "FROM job LEFT OUTER JOIN attempt AS live ON live.job_id = job.id "
+        f"AND live.number = job.attempts AND live.state IN ({placeholders(_LIVE)})"
+    )
+    params: list[Any] = list(_LIVE)
+    where = []
     if states:
-        q = q.where(_raw(j.state).in_([JobState(x.upper()).value for x in states]))
+        wanted = [JobState(x.upper()).value for x in states]
+        where.append(f"job.state IN ({placeholders(wanted)})")
+        params += wanted
     if team:
-        q = q.where(j.team == team.strip().lower())
-    return q
+        where.append("job.team = ?")
+        params.append(team.strip().lower())
+    return sql + (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
 def _iso_column(stored: list[Any]) -> list[str | None]:
@@ -333,22 +349,6 @@ _STATUS_FIELDS = (
 )
 
 
-def _fetch(engine: Engine, q: sa.Select[Any]) -> list[tuple[Any, ...]]:
-    """The query's rows as the driver returns them (no Row objects, no result processing:
-    the selected columns need none, see `_raw`)."""
-    with engine.connect() as c:
-        compiled = q.compile(dialect=c.dialect, compile_kwargs={"render_postcompile": True})
-        params: Any = compiled.params
-        if compiled.positiontup is not None:
-            params = tuple(params[k] for k in compiled.positiontup)
-        cur = c.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cur.execute(str(compiled), params)
-            return list(cur.fetchall())
-        finally:
-            cur.close()
-
-
 def _when(value: Any) -> datetime | None:
     """A stored UTC time as an aware datetime (SQLite returns text, others naive values)."""
     if value is None:
@@ -369,17 +369,6 @@ _TERMINAL = frozenset(x.value for x in JobState if x.terminal)
 _TIME_FIELDS = frozenset({"deadline", "created_at", "updated_at"})
 
 
-def _table(model: type) -> sa.Table:
-    table: sa.Table = model.__table__  # type: ignore[attr-defined]
-    return table
-
-
-def _raw(column: sa.ColumnElement[Any]) -> sa.ColumnElement[Any]:
-    """The stored value without the model's type conversion (enum text, UTC times): the
-    row builder converts only what it shows, much faster than per-column TypeDecorators."""
-    return sa.type_coerce(column, sa.String())
-
-
 def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[str, Any]], int]:
     """The rows a person wants by default: finished jobs only while recent. Returns the rows
     kept and how many were left out (so the table can say so)."""
@@ -388,15 +377,48 @@ def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[
     return kept, len(rows) - len(kept)
 
 
-def _event_row(e: Event) -> dict[str, Any]:
+LEASE_NAME = "daemon"  # the heartbeat's row (state.lease.LEASE_NAME)
+
+
+def daemon_heartbeat(db: Database) -> dict[str, Any] | None:
+    """Which daemon holds the lease (the heartbeat row on SQLite), since when, and when it
+    last renewed it; None when no daemon has run on this database."""
+    with reading(db) as query:
+        rows = query(
+            "SELECT holder, pid, host, epoch, started_at, renewed_at, status "
+            "FROM daemonlease WHERE name = ?",
+            (LEASE_NAME,),
+        )
+    if not rows:
+        return None
+    holder, pid, host, epoch, started_at, renewed_at, status = rows[0]
     return {
-        "id": e.id,
-        "at": e.at,
-        "level": e.level,
-        "kind": e.kind,
-        "job_id": e.job_id,
-        "attempt_id": e.attempt_id,
-        "message": e.message,
+        "holder": holder,
+        "pid": pid,
+        "host": host,
+        "epoch": epoch,
+        "since": _when(started_at),
+        "renewed_at": _when(renewed_at),
+        "status": status,
+    }
+
+
+def attempt_running(db: Database, attempt_id: str) -> bool:
+    """Whether the attempt exists and has not ended (what `logs -f` waits on)."""
+    with reading(db) as query:
+        rows = query("SELECT state FROM attempt WHERE id = ?", (attempt_id,))
+    return bool(rows) and rows[0][0] != AttemptState.ENDED.value
+
+
+def _event_row(e: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": e["id"],
+        "at": _when(e["at"]),
+        "level": e["level"],
+        "kind": e["kind"],
+        "job_id": e["job_id"],
+        "attempt_id": e["attempt_id"],
+        "message": e["message"],
     }
 
 
@@ -461,26 +483,49 @@ def tail(path: Path, lines: int) -> list[str]:
     return data.decode(errors="replace").splitlines()[-lines:]
 
 
-def job_detail(engine: Engine, ref: str, config: Config | None = None) -> dict[str, Any]:
-    with Session(engine) as s:
-        job = resolve(s, ref)
-        attempts = s.exec(
-            select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
-        ).all()
-        events = s.exec(select(Event).where(Event.job_id == job.id).order_by(col(Event.id))).all()
-        nodes: dict[str, list[AttemptInstance]] = {}
-        for n in s.exec(
-            select(AttemptInstance)
-            .where(col(AttemptInstance.attempt_id).in_([a.id for a in attempts]))
-            .order_by(col(AttemptInstance.node))
-        ).all():
-            nodes.setdefault(n.attempt_id, []).append(n)
-        row = _job_row(job, attempts[-1] if attempts else None)
-        return {
-            "job": row,
-            "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a.id))) for a in attempts],
-            "events": [_event_row(e) for e in events],
-        }
+def _find_job(query: Query, ref: str) -> dict[str, Any]:
+    """A job by id, id prefix or unique name (the newest with that name): the rules of
+    state.desired.resolve, read without the tables."""
+    select = _select("job", _JOB_COLUMNS)
+    rows = query(f"{select} WHERE id = ?", (ref,))
+    if not rows:
+        rows = query(f"{select} WHERE id LIKE ? LIMIT 2", (ref + "%",))
+        rows = rows if len(rows) == 1 else []
+    if not rows:
+        rows = query(f"{select} WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+    if not rows:
+        raise UserError(f"no job {ref!r} (use an id from 'spotwise status')")
+    return dict(zip(_JOB_COLUMNS, rows[0], strict=True))
+
+
+def job_detail(db: Database, ref: str, config: Config | None = None) -> dict[str, Any]:
+    with reading(db) as query:
+        job = _find_job(query, ref)
+        attempts = [
+            dict(zip(_ATTEMPT_COLUMNS, r, strict=True))
+            for r in query(
+                f"{_select('attempt', _ATTEMPT_COLUMNS)} WHERE job_id = ? ORDER BY number",
+                (job["id"],),
+            )
+        ]
+        events = query(
+            f"{_select('event', _EVENT_COLUMNS)} WHERE job_id = ? ORDER BY id", (job["id"],)
+        )
+        nodes: dict[str, list[dict[str, Any]]] = {}
+        ids = [a["id"] for a in attempts]
+        if ids:
+            for r in query(
+                f"{_select('attemptinstance', _NODE_COLUMNS)} "
+                f"WHERE attempt_id IN ({placeholders(ids)}) ORDER BY node",
+                ids,
+            ):
+                n = dict(zip(_NODE_COLUMNS, r, strict=True))
+                nodes.setdefault(n["attempt_id"], []).append(n)
+    return {
+        "job": _job_row(job, attempts[-1] if attempts else None),
+        "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a["id"]))) for a in attempts],
+        "events": [_event_row(dict(zip(_EVENT_COLUMNS, e, strict=True))) for e in events],
+    }
 
 
 def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
@@ -488,20 +533,27 @@ def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def event_rows(engine: Engine, job: str | None, limit: int) -> list[dict[str, Any]]:
-    with Session(engine) as s:
-        q = select(Event)
+def event_rows(db: Database, job: str | None, limit: int) -> list[dict[str, Any]]:
+    """The newest `limit` events (of one job's when `job` is given), oldest first."""
+    with reading(db) as query:
+        where, params = "", []
         if job:
-            q = q.where(Event.job_id == resolve(s, job).id)
-        rows = s.exec(q.order_by(col(Event.id).desc()).limit(limit)).all()
-        return [_event_row(e) for e in reversed(rows)]
+            where, params = " WHERE job_id = ?", [_find_job(query, job)["id"]]
+        rows = query(
+            f"{_select('event', _EVENT_COLUMNS)}{where} ORDER BY id DESC LIMIT ?",
+            [*params, limit],
+        )
+    return [_event_row(dict(zip(_EVENT_COLUMNS, e, strict=True))) for e in reversed(rows)]
 
 
 def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
     """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
     the spend at the end of the current window (`projected_to`) if today's burn goes on; a
     "total" budget has no end, so it has no projection."""
+    from sqlmodel import Session, select
+
     from scheduler.core.budget import window_end
+    from scheduler.state.models import BudgetSpend
 
     with Session(engine) as s:
         spent = {b.name: b for b in s.exec(select(BudgetSpend)).all()}
@@ -539,6 +591,11 @@ def cost_rows(
 ) -> list[dict[str, Any]]:
     """What was spent, grouped, from the hourly spend buckets budgets use (so the report and
     the budgets always agree). An hour's bucket counts when any of its hour is in the window."""
+    import sqlalchemy as sa
+    from sqlmodel import Session, col, func
+
+    from scheduler.state.models import SpendBucket
+
     key = {
         "team": col(SpendBucket.team),
         "job": col(SpendBucket.job_id),

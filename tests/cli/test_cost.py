@@ -11,6 +11,7 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
+from scheduler.cli import spend as spend_cli
 from scheduler.core.errors import UserError
 from scheduler.state import read_models
 from scheduler.state.models import SpendBucket
@@ -81,5 +82,7 @@ def test_cost_window_bounds_and_table(world):
     r = runner.invoke(cli.app, ["cost", "-c", str(world.config)])
     assert r.exit_code == 0 and "vision" in r.stdout and "$3.75" in r.stdout
     with pytest.raises(UserError, match="neither a duration"):
-        cli._since("last tuesday", datetime.now(UTC))
-    assert cli._since("2026-01-01T00:00:00", datetime.now(UTC)) == datetime(2026, 1, 1, tzinfo=UTC)
+        spend_cli._since("last tuesday", datetime.now(UTC))
+    assert spend_cli._since("2026-01-01T00:00:00", datetime.now(UTC)) == datetime(
+        2026, 1, 1, tzinfo=UTC
+    )

@@ -13,6 +13,7 @@ from sqlmodel import Session
 from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
+from scheduler.cli import logs as logs_cli
 from scheduler.core.config import local_settings
 from scheduler.core.errors import UserError
 from scheduler.daemon.logs import configure, journal_attached, redact, resolve_level
@@ -86,7 +87,7 @@ def test_follow_prints_lines_as_they_arrive_until_the_attempt_ends(tmp_path):
         if not err.exists():
             err.write_text("e1\n")
 
-    cli.follow([out, err], lambda: next(polls), got.append, sleep=sleep)
+    logs_cli.tail_until_ended([out, err], lambda: next(polls), got.append, sleep=sleep)
     assert got == ["a", "partial", "e1"]  # whole lines, both files, in arrival order
 
 

@@ -16,6 +16,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
+from scheduler.cli import status as status_cli
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.state import read_models
@@ -37,7 +38,7 @@ def _invoke(world, *args: str, env: dict[str, str] | None = None):
 def test_table_fits_80_columns_with_full_ids(world):
     rows = read_models.job_rows(world.engine)
     console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
-    console.print(cli.status_table(rows, datetime.now(UTC), width=80))
+    console.print(status_cli.status_table(rows, datetime.now(UTC), width=80))
     text = console.export_text()
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
@@ -48,15 +49,15 @@ def test_table_fits_80_columns_with_full_ids(world):
     assert "[bold]" in text and "[/bold]" in text  # user text is never markup
     # Wide brings back what 80 columns dropped.
     wide = Console(width=250, record=True, file=io.StringIO(), color_system=None)
-    wide.print(cli.status_table(rows, datetime.now(UTC), width=250, wide=True))
+    wide.print(status_cli.status_table(rows, datetime.now(UTC), width=250, wide=True))
     assert "INSTANCE" in wide.export_text() and "INSTANCE" not in lines[0]
 
 
 def test_a_wide_terminal_gets_more_columns_in_priority_order(world):
     rows = read_models.job_rows(world.engine)
-    cells = [cli._status_cells(r, datetime.now(UTC)) for r in rows]
-    narrow = cli._pick_columns(cells, 80, wide=False)
-    roomy = cli._pick_columns(cells, 160, wide=False)
+    cells = [status_cli._status_cells(r, datetime.now(UTC)) for r in rows]
+    narrow = status_cli._pick_columns(cells, 80, wide=False)
+    roomy = status_cli._pick_columns(cells, 160, wide=False)
     assert set(narrow) >= {"ID", "NAME", "STATE", "AGE", "REASON"}
     assert set(narrow) < set(roomy) and "COST" in roomy
 
@@ -134,8 +135,8 @@ def test_every_json_document_has_a_version_and_one_name_per_concept(world):
 
 def test_watch_json_streams_one_document_per_change(monkeypatch, capsys):
     docs = iter([{"a": 1}, {"a": 1}, {"a": 2}, {"a": 2}, {"a": 3}])
-    monkeypatch.setattr(cli.time, "sleep", lambda _s: None)
-    cli._stream_changes(lambda: next(docs), 0.0, 3)
+    monkeypatch.setattr(status_cli.time, "sleep", lambda _s: None)
+    status_cli._stream_changes(lambda: next(docs), 0.0, 3)
     lines = capsys.readouterr().out.splitlines()
     assert [json.loads(x)["a"] for x in lines] == [1, 2, 3]
 
@@ -156,15 +157,13 @@ def test_stale_heartbeat_still_exits_3_with_the_footer(tmp_path):
 def test_a_daemon_starting_mid_command_is_not_both_absent_and_listed(world, monkeypatch):
     """The heartbeat is read once: a daemon whose row appears between two reads would be
     warned "no daemon has run" and listed as the lease holder in one document."""
-    from scheduler.state import lease
-
-    real, calls = lease.read_heartbeat, []
+    real, calls = read_models.daemon_heartbeat, []
 
     def appears_after_the_first_read(engine):  # type: ignore[no-untyped-def]
         calls.append(1)
         return None if len(calls) == 1 else real(engine)
 
-    monkeypatch.setattr(lease, "read_heartbeat", appears_after_the_first_read)
+    monkeypatch.setattr(read_models, "daemon_heartbeat", appears_after_the_first_read)
     r = _invoke(world, "status", "-o", "json")
     doc = json.loads(r.stdout)
     assert r.exit_code == 3 and "no spotwise daemon has run" in doc["daemon_warning"]
@@ -265,7 +264,7 @@ def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):
     def stop(_s: float) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.time, "sleep", stop)
+    monkeypatch.setattr(status_cli.time, "sleep", stop)
     r = _invoke(w, "status", "--watch")
     assert r.exit_code == 0, r.output
     assert "warning: no spotwise daemon has run" in r.stdout and w.ids["pending"] in r.stdout
@@ -278,9 +277,9 @@ def test_the_lease_line_fits_80_columns_and_dates_only_an_older_lease():
     lease = {"pid": 4194304, "host": "sched-01", "epoch": 12, "status": "running"}
     # 30 s ago, but never yesterday: run just after midnight UTC it would print the date
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    line = cli._lease_line({**lease, "since": max(now - timedelta(seconds=30), midnight)})
+    line = status_cli._lease_line({**lease, "since": max(now - timedelta(seconds=30), midnight)})
     assert line is not None and len(line) <= 80, line
     assert re.search(r"holds the lease since \d\d:\d\d:\d\dZ \(\d+s, epoch 12\)$", line)
-    old = cli._lease_line({**lease, "since": now - timedelta(days=2)})
+    old = status_cli._lease_line({**lease, "since": now - timedelta(days=2)})
     assert old is not None
     assert re.search(r"since \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ \(\d+h, epoch 12\)$", old)

@@ -8,7 +8,7 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.lab.bench import bench_app
+from scheduler.cli.bench import bench_app
 
 
 @pytest.mark.timeout(120)

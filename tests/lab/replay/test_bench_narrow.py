@@ -14,7 +14,7 @@ import tempfile
 import pytest
 from typer.testing import CliRunner
 
-from scheduler.lab.bench import MISS_ORDER, bench_app
+from scheduler.cli.bench import MISS_ORDER, bench_app
 
 pty = pytest.importorskip("pty")  # POSIX terminals only
 fcntl = pytest.importorskip("fcntl")
@@ -126,7 +126,7 @@ def test_piped_tables_never_wrap_a_cell(monkeypatch: pytest.MonkeyPatch) -> None
 
     from rich.console import Console
 
-    from scheduler.lab import bench
+    from scheduler.cli import bench
 
     doc = json.loads(
         CliRunner().invoke(bench_app, ["deadline", "--sweep", "--quick", "-o", "json"]).stdout

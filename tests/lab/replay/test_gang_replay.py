@@ -56,13 +56,13 @@ def test_the_split_settings_windows_lie_in_their_split_s_half_and_zones(split):
 def test_bench_split_train_without_sweep_runs_only_the_split_settings(monkeypatch):
     from typer.testing import CliRunner
 
-    from scheduler.lab import bench
+    from scheduler.cli import bench
 
     seen: list = []
     monkeypatch.setattr(
         bench, "_run_settings", lambda chosen, quick, jobs: seen.extend(chosen) or []
     )
-    monkeypatch.setattr(bench, "_deadline_doc", lambda *a: {"settings": []})
+    monkeypatch.setattr(bench, "deadline_doc", lambda *a: {"settings": []})
     result = CliRunner().invoke(bench.bench_app, ["deadline", "--split", "train", "--quick"])
     assert result.exit_code == 0, result.output
     assert [s.key for s in seen] == ["price-spike", "gang"]
