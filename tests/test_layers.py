@@ -32,6 +32,7 @@ PROVIDER_VOCABULARY = {
     "providers.gcp.settings",
     "providers.azure.settings",
     "providers.local.settings",
+    "providers.masking",
 }
 # Libraries that mean I/O the pure core must not do: a database, a cloud, a process.
 NOT_IN_CORE = (

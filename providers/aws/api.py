@@ -14,10 +14,11 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, scrub, translate
+from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, translate
 from providers.aws.notices import queue_region
 from providers.aws.settings import AwsSettings
 from providers.base import ProviderError, ProviderEvent
+from providers.masking import mask_message
 
 log = logging.getLogger("spotwise.providers.aws")
 
@@ -55,7 +56,7 @@ class Api:
 
     # -- events and secrets ----------------------------------------------------------------
     def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
+        message = mask_message(message, self.secrets())
         log.warning("%s", message)
         with self._lock:
             self._events.append(ProviderEvent(message, level))

@@ -15,9 +15,10 @@ from azure.core.credentials import AccessToken
 from azure.core.exceptions import AzureError
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 
-from providers.azure.errors import scrub, translate
+from providers.azure.errors import translate
 from providers.azure.settings import AzureSettings
 from providers.base import FatalError, ProviderError, ProviderEvent
+from providers.masking import mask_message
 
 log = logging.getLogger("spotwise.providers.azure")
 
@@ -39,7 +40,7 @@ class _NoAuth(SansIOHTTPPolicy):  # type: ignore[type-arg]
 
 class _Recording:
     """Wraps the real credential and remembers the tokens it hands out, so every message we
-    emit or raise can be scrubbed of them. Never logs or prints anything."""
+    emit or raise can be masked. Never logs or prints anything."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -85,7 +86,7 @@ class Api:
 
     # -- events and secrets ----------------------------------------------------------------
     def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
+        message = mask_message(message, self.secrets())
         log.warning("%s", message)
         with self._lock:
             self._events.append(ProviderEvent(message, level))
@@ -109,7 +110,7 @@ class Api:
                     self._credential = _Recording(DefaultAzureCredential())
                 except Exception as exc:
                     raise FatalError(
-                        f"azure credentials: {type(exc).__name__}: {scrub(str(exc))}"
+                        f"azure credentials: {type(exc).__name__}: {mask_message(str(exc))}"
                     ) from None
             return self._credential
 

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 from google.api_core.client_options import ClientOptions
 
 from providers.base import ProviderError, ProviderEvent
-from providers.gcp.errors import scrub, translate
+from providers.gcp.errors import translate
 from providers.gcp.settings import GcpSettings
+from providers.masking import mask_message
 
 log = logging.getLogger("spotwise.providers.gcp")
 CLOUD = "gcp"
@@ -50,7 +51,7 @@ class Api:
 
     # -- events and secrets ----------------------------------------------------------------
     def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
+        message = mask_message(message, self.secrets())
         log.warning("%s", message)
         with self._lock:
             self._events.append(ProviderEvent(message, level))
