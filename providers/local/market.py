@@ -36,8 +36,9 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from providers.adapter import Clock, EventQueue, UtcClock
 from providers.base import (
     TAG_NODE,
     TAG_OWNER,
@@ -105,15 +106,6 @@ def _gang_node_pause() -> None:
             time.sleep(float(raw))
 
 
-class _Clock(Protocol):
-    def now(self) -> datetime: ...
-
-
-class _UTC:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
 def instance_id_for(token: str) -> str:
     """Deterministic, so a token maps to one instance directory and mkdir is the claim."""
     return "local-" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -149,7 +141,7 @@ class LocalMarket:
     def __init__(
         self,
         settings: LocalSettings | None = None,
-        clock: _Clock | None = None,
+        clock: Clock | None = None,
         *,
         read_only: bool = False,
     ) -> None:
@@ -158,7 +150,7 @@ class LocalMarket:
         starts its time now, in memory only). Launching from it is a programming error."""
         self.settings = settings or LocalSettings()
         self.read_only = read_only
-        self._clock: _Clock = clock or _UTC()
+        self._clock: Clock = clock or UtcClock()
         # The market's timeline (epoch, supervisors' records) is real time unless the clock is
         # simulated. A clock with `anchor` and `speedup` (scheduler.core.clock.ScaledClock) is real
         # time sped up: the timeline stays real and reported times are mapped onto the clock.
@@ -168,7 +160,7 @@ class LocalMarket:
         self.instances_dir = self.state_dir / "instances"
         self.live_dir = self.state_dir / "live"
         self._spec_cache: dict[str, dict[str, Any]] = {}
-        self._events: list[ProviderEvent] = []
+        self._events = EventQueue(maxlen=None)
         self._warned: set[tuple[str, str]] = set()
         self.trace: Trace = load_trace(self.settings.trace)
         if read_only:
@@ -596,8 +588,7 @@ class LocalMarket:
         return [i for i in found if not region or not i.region or i.region == region]
 
     def drain_events(self) -> list[ProviderEvent]:
-        out, self._events = self._events, []
-        return out
+        return self._events.drain()
 
     # -- extras for the daemon, the demo and tests -------------------------------------------
     def interrupt(self, instance_id: ResourceRef | str) -> bool:
@@ -879,7 +870,7 @@ class LocalMarket:
         if (key, message) in self._warned:
             return
         self._warned.add((key, message))
-        self._events.append(ProviderEvent(f"local: {key}: {message}"))
+        self._events.put(ProviderEvent(f"local: {key}: {message}"))
 
 
 def suggest_trace_start(
