@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from providers.aws import ttl
 from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import RUN_AND_RECORD, record_lines
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).

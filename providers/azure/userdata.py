@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 from providers.azure import ttl
 from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import RUN_AND_RECORD, record_lines
 
 # osProfile.customData: at most 64 KB once decoded.
 MAX_CUSTOM_DATA = 64 * 1024 - 1

@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import RUN_AND_RECORD, record_lines
 from providers.gcp import ttl
 
 # GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
