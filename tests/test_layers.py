@@ -33,6 +33,7 @@ PROVIDER_VOCABULARY = {
     "providers.azure.settings",
     "providers.local.settings",
     "providers.masking",
+    "providers.instance_output",
 }
 # Libraries that mean I/O the pure core must not do: a database, a cloud, a process.
 NOT_IN_CORE = (

@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from providers.aws import ttl
-from providers.boot_script import BootParts, build
+from providers.boot_script import INSTANCE_LOG, BootParts, build
+from providers.instance_output import InstanceOutput
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).
@@ -76,6 +77,14 @@ PARTS = BootParts(
     finale="tags it (best effort), then powers off.",
     metadata=_IMDS,
     tag_exit=_TAG_EXIT,
+)
+
+
+# What `spotwise logs` prints for an attempt on EC2: the boot script's log on the instance,
+# and the console output (the boot log) fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG,
+    console_command="aws ec2 get-console-output --region {region} --instance-id {id}",
 )
 
 

@@ -12,7 +12,8 @@ import base64
 from collections.abc import Mapping, Sequence
 
 from providers.azure import ttl
-from providers.boot_script import BootParts, build
+from providers.boot_script import INSTANCE_LOG, BootParts, build
+from providers.instance_output import InstanceOutput
 
 # osProfile.customData: at most 64 KB once decoded.
 MAX_CUSTOM_DATA = 64 * 1024 - 1
@@ -24,6 +25,13 @@ PARTS = BootParts(
     limit_name="Azure's 64 KB custom data limit",
     record_attempts=ttl.RECORD_ATTEMPTS,
     record_retry_delay_s=int(ttl.RECORD_RETRY_DELAY.total_seconds()),
+)
+
+
+# What `spotwise logs` prints for an attempt on Azure: the boot script's log on the VM, and
+# the boot diagnostics log fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG, console_command="az vm boot-diagnostics get-boot-log --ids {id}"
 )
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from providers.boot_script import STATE_DIR, BootParts, build
+from providers.boot_script import INSTANCE_LOG, STATE_DIR, BootParts, build
 from providers.gcp import ttl
+from providers.instance_output import InstanceOutput
 
 # GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
 MAX_SCRIPT = 256 * 1024
@@ -33,6 +34,14 @@ PARTS = BootParts(
     finale="then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).",
     run_once=_RUN_ONCE,
     mark_started='touch "$state/started"\n',
+)
+
+
+# What `spotwise logs` prints for an attempt on GCE: the startup-script's log on the VM, and
+# the serial port output fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG,
+    console_command="gcloud compute instances get-serial-port-output {id} --zone {zone}",
 )
 
 

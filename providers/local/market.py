@@ -62,7 +62,7 @@ from providers.base import (
     pool_key,
 )
 from providers.local import state
-from providers.local.settings import LocalSettings
+from providers.local.settings import INSTANCES_DIR, LocalSettings
 from providers.local.snapshot import CatalogRow, load_catalog
 from providers.local.trace import DEFAULT_TRACE, Trace, load_trace
 
@@ -157,7 +157,7 @@ class LocalMarket:
         self._scaled = clock is not None and hasattr(clock, "anchor") and hasattr(clock, "speedup")
         self._real = clock is None or type(clock).__name__ == "RealClock" or self._scaled
         self.state_dir = self.settings.resolved_state_dir()
-        self.instances_dir = self.state_dir / "instances"
+        self.instances_dir = self.state_dir / INSTANCES_DIR
         self.live_dir = self.state_dir / "live"
         self._spec_cache: dict[str, dict[str, Any]] = {}
         self._events = EventQueue(maxlen=None)

@@ -4,6 +4,8 @@ in the daemon's log lines and in each cloud's error messages."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 
 import pytest
 from azure.core.exceptions import HttpResponseError
@@ -89,3 +91,16 @@ def test_urls_alone_where_other_words_must_stay() -> None:
     assert masking.mask_url_passwords("sqlite:////var/lib/spotwise/spotwise.db") == (
         "sqlite:////var/lib/spotwise/spotwise.db"
     )
+
+
+def test_the_shipped_rules_load_no_cloud_sdk() -> None:
+    code = (
+        "import sys\n"
+        "from providers.masking import rules\n"
+        "rules()\n"
+        "sdks = ('boto3', 'botocore', 'google.cloud', 'google.api_core', 'azure.core')\n"
+        "print(sorted(m for m in sys.modules if m.startswith(sdks)))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
