@@ -4,7 +4,7 @@ Pointing the real SDK at it: `fake = FakePricing().start()` listens on `fake.url
 `[providers.aws] pricing_endpoint_url = fake.url` and boto3's pricing client sends GetProducts
 there (any credentials will do: signatures are not checked). Fill `fake.prices[(region,
 instance_type)] = usd` with the on-demand prices to answer. EC2 itself is faked by moto's
-server (`endpoint_url`), as tests/providers/aws/conftest.py `make_provider` and
+server (`endpoint_url`), as tests/support/aws_fixtures.py `make_provider` and
 tests/support/aws_harness.py do. `fake.stop()` stops it.
 """
 
