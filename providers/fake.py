@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from providers.adapter import EventQueue, UtcClock
 from providers.base import (
     TAG_OWNER,
     Capabilities,
@@ -65,11 +66,6 @@ class Faults:
             raise cls(f"fake: injected {cls.__name__} in {method}")
 
 
-class _UTC:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
 class FakeCloud:
     """One fake cloud account. `clock` is anything with now(); times are on that clock."""
 
@@ -92,7 +88,7 @@ class FakeCloud:
             idempotency_window=None,
         )
         self._offerings = list(offerings)
-        self.clock = clock or _UTC()
+        self.clock = clock or UtcClock()
         # True: launch() answers RUNNING at once (a fast cloud, like the local market);
         # False: PENDING, with the outcome arriving through describe() (GCE, Azure).
         self.start_running = start_running
@@ -102,7 +98,7 @@ class FakeCloud:
         self.instances: dict[str, Instance] = {}
         self._visible_at: dict[str, datetime] = {}
         self._tokens: dict[str, list[str]] = {}
-        self._events: list[ProviderEvent] = []
+        self._events = EventQueue(maxlen=None)
         # pool -> failure delivered by describe after launch (GCE/Azure style) ...
         self.fail_later: dict[str, LaunchFailure] = {}
         # ... or raised by launch itself.
@@ -222,9 +218,7 @@ class FakeCloud:
             return [self._view(self.instances[i]) for i in self._tokens.get(token, [])]
 
     def drain_events(self) -> list[ProviderEvent]:
-        with self._lock:
-            out, self._events = self._events, []
-            return out
+        return self._events.drain()
 
     # -- test and bench controls ---------------------------------------------------------
     def _end(self, inst: Instance, reason: EndReason, exit_code: int | None, at: datetime) -> None:
@@ -246,8 +240,7 @@ class FakeCloud:
             self._offerings = list(offerings)
 
     def emit(self, message: str) -> None:
-        with self._lock:
-            self._events.append(ProviderEvent(message))
+        self._events.put(ProviderEvent(message))
 
     def running(self) -> list[Instance]:
         with self._lock:

@@ -32,6 +32,8 @@ PROVIDER_VOCABULARY = {
     "providers.gcp.settings",
     "providers.azure.settings",
     "providers.local.settings",
+    "providers.masking",
+    "providers.instance_output",
 }
 # Libraries that mean I/O the pure core must not do: a database, a cloud, a process.
 NOT_IN_CORE = (

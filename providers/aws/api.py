@@ -1,41 +1,34 @@
-"""What every AWS resource module shares: the boto3 session and clients, typed error
-translation, the clock and the event queue. No resource logic lives here."""
+"""What every AWS resource module shares: the boto3 session and clients and typed error
+translation, over the clock and event queue of every cloud's Api (providers/adapter.py). No
+resource logic lives here."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, scrub, translate
+from providers.adapter import Clock, CloudApi
+from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, translate
 from providers.aws.notices import queue_region
 from providers.aws.settings import AwsSettings
-from providers.base import ProviderError, ProviderEvent
+from providers.base import ProviderError
 
 log = logging.getLogger("spotwise.providers.aws")
 
 
-class Clock(Protocol):
-    """Anything with now() (scheduler.core.clock.Clock fits); providers do not import scheduler."""
-
-    def now(self) -> datetime: ...
-
-
-class Api:
+class Api(CloudApi):
     """One account's session, clients per (service, region), and the events to drain."""
 
     def __init__(
         self, settings: AwsSettings, session: boto3.Session | None, clock: Clock | None
     ) -> None:
+        super().__init__(clock, log)
         self.settings = settings
-        self._clock = clock
         try:
             self._session = session or boto3.Session(profile_name=settings.profile)
         except (BotoCoreError, ClientError) as exc:
@@ -46,25 +39,7 @@ class Api:
             read_timeout=settings.read_timeout.total_seconds(),
             user_agent_extra="spotwise",
         )
-        self._lock = threading.RLock()
         self._clients: dict[tuple[str, str], Any] = {}
-        self._events: deque[ProviderEvent] = deque(maxlen=1000)
-
-    def now(self) -> datetime:
-        return self._clock.now() if self._clock is not None else datetime.now(UTC)
-
-    # -- events and secrets ----------------------------------------------------------------
-    def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
-        log.warning("%s", message)
-        with self._lock:
-            self._events.append(ProviderEvent(message, level))
-
-    def drain_events(self) -> list[ProviderEvent]:
-        with self._lock:
-            out = list(self._events)
-            self._events.clear()
-            return out
 
     def secrets(self) -> list[str]:
         try:

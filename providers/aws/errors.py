@@ -1,4 +1,4 @@
-"""Translate botocore failures into the provider's typed errors, with credentials scrubbed.
+"""Translate botocore failures into the provider's typed errors, with credentials masked.
 
 botocore has already retried throttling and 5xx (its `standard`/`adaptive` retry modes) by the
 time an exception reaches us, so what arrives here is final for this call.
@@ -6,7 +6,6 @@ time an exception reaches us, so what arrives here is final for this call.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 
 from botocore.exceptions import (
@@ -33,6 +32,7 @@ from providers.base import (
     Throttled,
     TransientError,
 )
+from providers.masking import mask_message
 
 # The pool has no room (or our price is below the market): try another offering.
 CAPACITY_CODES = frozenset(
@@ -117,25 +117,6 @@ TRANSIENT_CODES = frozenset(
     }
 )
 
-_ACCESS_KEY = re.compile(r"\b(?:AKIA|ASIA|AIDA|AROA)[A-Z0-9]{12,}\b")
-_SIGNED = re.compile(
-    r"(Signature=|X-Amz-Signature=|X-Amz-Security-Token=|X-Amz-Credential=|Credential=)[^\s,&\"']+",
-    re.IGNORECASE,
-)
-_MAX_MESSAGE = 400
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove anything credential-like: known secret values, access key ids, signatures."""
-    for s in secrets:
-        if s and len(s) >= 4:
-            text = text.replace(s, "***")
-    text = _SIGNED.sub(r"\1***", text)
-    text = _ACCESS_KEY.sub("***", text)
-    if len(text) > _MAX_MESSAGE:
-        text = text[:_MAX_MESSAGE] + "..."
-    return text
-
 
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
@@ -163,7 +144,7 @@ def translate(
     else:
         status = 0
         detail = f"{code}: {exc}"
-    message = scrub(f"aws {what}: {detail}", _safe(secrets))
+    message = mask_message(f"aws {what}: {detail}", _safe(secrets))
     out: ProviderError
     if isinstance(exc, ClientError):
         if code in QUOTA_CODES:

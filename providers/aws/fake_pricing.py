@@ -1,4 +1,12 @@
-"""A loopback stand-in for the AWS Price List API (awsJson1.1 GetProducts), stdlib only."""
+"""A loopback stand-in for the AWS Price List API (awsJson1.1 GetProducts), stdlib only.
+
+Pointing the real SDK at it: `fake = FakePricing().start()` listens on `fake.url`; configure
+`[providers.aws] pricing_endpoint_url = fake.url` and boto3's pricing client sends GetProducts
+there (any credentials will do: signatures are not checked). Fill `fake.prices[(region,
+instance_type)] = usd` with the on-demand prices to answer. EC2 itself is faked by moto's
+server (`endpoint_url`), as tests/support/aws_fixtures.py `make_provider` and
+tests/support/aws_harness.py do. `fake.stop()` stops it.
+"""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from providers.aws.api import Api, paged
-from providers.aws.errors import error_code, scrub, translate
+from providers.aws.errors import error_code, translate
 from providers.aws.instance_types import chunks
 from providers.aws.network import Networks
 from providers.aws.notices import InterruptionNotices
@@ -38,6 +38,7 @@ from providers.base import (
     TaggedResource,
     not_found,
 )
+from providers.masking import mask_message
 
 TAG_TOKEN = "spotwise-token"  # the ClientToken, so adoption works where that filter does not
 # Every state but "terminated": stopped boxes still cost (EBS) and are ours to clean up.
@@ -354,7 +355,7 @@ class Instances:
         except (BotoCoreError, ClientError) as exc:
             self._api.emit(
                 f"aws: cannot read the interruption queue: {error_code(exc)}: "
-                f"{scrub(str(exc), self._api.secrets())}"
+                f"{mask_message(str(exc), self._api.secrets())}"
             )
             return
         for inst in instances:

@@ -19,7 +19,8 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from providers.aws.errors import error_code, scrub
+from providers.aws.errors import error_code
+from providers.masking import mask_message
 
 log = logging.getLogger("spotwise.providers.aws")
 
@@ -126,7 +127,7 @@ class OnDemandPrices:
         try:
             found = self._fetch(region, instance_types)
         except (BotoCoreError, ClientError) as exc:
-            reason = scrub(f"{error_code(exc)}: {exc}", self._secrets())
+            reason = mask_message(f"{error_code(exc)}: {exc}", self._secrets())
             prices = {t: p for (r, t), p in snap.items() if r == region}
             self._emit(
                 f"aws: Pricing API unreachable for {region} ({reason}); using the shipped "

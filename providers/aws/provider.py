@@ -2,34 +2,26 @@
 
 A thin composition, Karpenter-style, of one module per resource: offerings.py (types,
 zones, prices), network.py (subnets, security groups), instances.py (launch, describe,
-terminate, list, find), with every cache lifetime and timeout in ttl.py. It makes no
-decisions and keeps nothing that a restart could lose: resources are found again from the
-refs the scheduler persists and from EC2's tags.
+terminate, list, find), with every cache lifetime and timeout in ttl.py; the Provider methods
+forward to them through providers/adapter.py. It makes no decisions and keeps nothing that a
+restart could lose: resources are found again from the refs the scheduler persists and from
+EC2's tags.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import boto3
 
+from providers.adapter import Clock, CloudAdapter
 from providers.aws import ttl
-from providers.aws.api import Api, Clock
+from providers.aws.api import Api
 from providers.aws.instances import MAX_GANG, TAG_TOKEN, Instances, client_token
 from providers.aws.network import Networks
 from providers.aws.notices import InterruptionNotices
 from providers.aws.offerings import Offerings
 from providers.aws.pricing import OnDemandPrices
 from providers.aws.settings import AwsSettings
-from providers.base import (
-    Capabilities,
-    Instance,
-    LaunchRequest,
-    Offering,
-    ProviderEvent,
-    ResourceRef,
-    TaggedResource,
-)
+from providers.base import Capabilities
 
 __all__ = ["TAG_TOKEN", "AwsProvider", "client_token"]
 
@@ -50,7 +42,7 @@ CAPABILITIES = Capabilities(
 )
 
 
-class AwsProvider:
+class AwsProvider(CloudAdapter):
     """One AWS account across the configured regions."""
 
     name = "aws"
@@ -66,40 +58,18 @@ class AwsProvider:
     ) -> None:
         self.settings = settings
         self.owner = owner
-        self._api = Api(settings, session, clock)
-        networks = Networks(self._api)
+        api = Api(settings, session, clock)
+        networks = Networks(api)
         ondemand = OnDemandPrices(
-            self._api.pricing,
+            api.pricing,
             ttl=settings.catalog_refresh,
             retry_after=settings.price_refresh,
-            emit=self._api.emit,
-            secrets=self._api.secrets,
+            emit=api.emit,
+            secrets=api.secrets,
         )
         notices = (
-            InterruptionNotices(self._api.sqs, settings.sqs_queue_url)
-            if settings.sqs_queue_url
-            else None
+            InterruptionNotices(api.sqs, settings.sqs_queue_url) if settings.sqs_queue_url else None
         )
-        self._offerings = Offerings(self._api, networks, ondemand)
-        self._instances = Instances(self._api, networks, owner, notices)
-
-    def offerings(self) -> list[Offering]:
-        return self._offerings.all()
-
-    def launch(self, request: LaunchRequest) -> list[Instance]:
-        return self._instances.launch(request)
-
-    def describe(self, refs: Sequence[ResourceRef]) -> list[Instance]:
-        return self._instances.describe(refs)
-
-    def terminate(self, refs: Sequence[ResourceRef]) -> None:
-        self._instances.terminate(refs)
-
-    def list_tagged(self, owner: str) -> list[TaggedResource]:
-        return self._instances.list_tagged(owner)
-
-    def find_by_token(self, token: str, region: str = "") -> list[Instance]:
-        return self._instances.find_by_token(token, region)
-
-    def drain_events(self) -> list[ProviderEvent]:
-        return self._api.drain_events()
+        super().__init__(
+            api, Offerings(api, networks, ondemand), Instances(api, networks, owner, notices)
+        )

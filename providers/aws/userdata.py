@@ -1,61 +1,34 @@
-"""The boot script that starts a job on the instance and records how it ended.
+"""The AWS parts of the boot script (providers/boot_script.py): EC2 user data.
 
-The command is an argv list and every word and value is shell-quoted, so nothing in a job
-file is ever interpreted by a shell. The exit code goes to the checkpoint store as
-``exits/<N>.json`` (trainer/contract.py), the one record the scheduler reads whatever the
-cloud: through ``python3 -m trainer.outcome`` when the box has it, else written by the
-script itself (``aws s3 cp`` for s3, a plain file for paths). The exit-code tag stays as a
-best-effort extra. Then the box powers off; with InstanceInitiatedShutdownBehavior=terminate
-that ends the instance (and the bill), and EC2 reports Client.InstanceInitiatedShutdown,
-which the adapter reads as EXITED.
+What AWS adds to the shared script: it reads its instance metadata through IMDSv2 (a gang
+node's launch index, node 0's private address), and tags itself with the exit code (best
+effort, beside the exit record in the checkpoint store). Then the box powers off; with
+InstanceInitiatedShutdownBehavior=terminate that ends the instance (and the bill), and EC2
+reports Client.InstanceInitiatedShutdown, which the adapter reads as EXITED.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from providers.aws import ttl
-from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import INSTANCE_LOG, BootParts, build
+from providers.instance_output import InstanceOutput
 
 EXIT_CODE_TAG = "spotwise-exit-code"
 # EC2 accepts at most 16 KB of user data (before base64).
 MAX_USER_DATA = 16 * 1024
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = (
-    """#!/bin/bash
-# Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
-# tags it (best effort), then powers off.
-set -u
-state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
-logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
-mkdir -p "$state" "$logdir"
-{exports}
-imds() {{
+# IMDSv2: a session token, then the metadata path.
+_IMDS = """imds() {{
   local tok
   tok=$(curl -sf --max-time {imds_s} -X PUT http://169.254.169.254/latest/api/token \\
         -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' 2>/dev/null) || return 1
   curl -sf --max-time {imds_s} -H "X-aws-ec2-metadata-token: $tok" \\
         "http://169.254.169.254/latest/meta-data/$1" 2>/dev/null
 }}
-{node}"""
-    + RUN_AND_RECORD
-    + """# Best effort: publish the exit code as a tag (needs ec2:CreateTags and the AWS CLI).
-if command -v aws >/dev/null 2>&1; then
-  iid=$(imds instance-id || true)
-  region=$(imds placement/region || true)
-  if [ -n "$iid" ] && [ -n "$region" ]; then
-    aws ec2 create-tags --region "$region" --resources "$iid" \\
-        --tags "Key={exit_tag},Value=$rc" || true
-  fi
-fi
-{poweroff}
-"""
-)
+""".format(imds_s=int(ttl.IMDS_TIMEOUT.total_seconds()))
 
 # Gangs: every node gets the same user data (one RunInstances), so a node learns its index
 # from EC2's launch index unless the job set one.
@@ -81,11 +54,38 @@ if [ -z "${SPOTWISE_RDZV_ENDPOINT:-}" ]; then
 fi
 """
 
+_TAG_EXIT = (
+    "# Best effort: publish the exit code as a tag (needs ec2:CreateTags and the AWS CLI).\n"
+    f"""if command -v aws >/dev/null 2>&1; then
+  iid=$(imds instance-id || true)
+  region=$(imds placement/region || true)
+  if [ -n "$iid" ] && [ -n "$region" ]; then
+    aws ec2 create-tags --region "$region" --resources "$iid" \\
+        --tags "Key={EXIT_CODE_TAG},Value=$rc" || true
+  fi
+fi
+"""
+)
 
-def _record(env: Mapping[str, str]) -> tuple[str, bool]:
-    return record_lines(
-        env, "aws", ttl.RECORD_ATTEMPTS, int(ttl.RECORD_RETRY_DELAY.total_seconds())
-    )
+PARTS = BootParts(
+    cloud="aws",
+    script_name="boot script",
+    max_bytes=MAX_USER_DATA,
+    limit_name="EC2's 16 KB user-data limit",
+    record_attempts=ttl.RECORD_ATTEMPTS,
+    record_retry_delay_s=int(ttl.RECORD_RETRY_DELAY.total_seconds()),
+    finale="tags it (best effort), then powers off.",
+    metadata=_IMDS,
+    tag_exit=_TAG_EXIT,
+)
+
+
+# What `spotwise logs` prints for an attempt on EC2: the boot script's log on the instance,
+# and the console output (the boot log) fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG,
+    console_command="aws ec2 get-console-output --region {region} --instance-id {id}",
+)
 
 
 def build_user_data(
@@ -93,28 +93,5 @@ def build_user_data(
 ) -> str:
     """A bash script running `command` with `env` exported; raises LaunchRejected when the
     request cannot be expressed (bad env names, an empty command, over 16 KB)."""
-    if not command:
-        raise LaunchRejected("aws launch: the job command is empty")
-    bad = [k for k in env if not _ENV_NAME.match(k)]
-    if bad:
-        names = ", ".join(json.dumps(k) for k in bad)
-        raise LaunchRejected(f"aws launch: invalid environment variable name(s): {names}")
-    record, has_record = _record(env)
-    script = _TEMPLATE.format(
-        exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
-        node=_NODE if gang else "",
-        argv=" ".join(shlex.quote(str(a)) for a in command),
-        # Without a record to write, trainer.outcome has nothing to write either.
-        outcome_ok="" if has_record else "false && ",
-        record=record,
-        exit_tag=EXIT_CODE_TAG,
-        imds_s=int(ttl.IMDS_TIMEOUT.total_seconds()),
-        poweroff="shutdown -h now" if poweroff else "",
-    )
-    size = len(script.encode())
-    if size > MAX_USER_DATA:
-        raise LaunchRejected(
-            f"aws launch: the boot script is {size} bytes, over EC2's 16 KB user-data limit; "
-            "shorten the command or environment"
-        )
-    return script
+    parts = replace(PARTS, metadata=_IMDS + _NODE) if gang else PARTS
+    return build(parts, command, env, poweroff=poweroff)

@@ -1,29 +1,26 @@
-"""What every Azure module shares: the credential, the ARM clients, typed error translation,
-the clock and the event queue. No resource logic lives here."""
+"""What every Azure module shares: the credential, the ARM clients and typed error
+translation, over the clock and event queue of every cloud's Api (providers/adapter.py). No
+resource logic lives here."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from azure.core.credentials import AccessToken
 from azure.core.exceptions import AzureError
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 
-from providers.azure.errors import scrub, translate
+from providers.adapter import Clock, CloudApi
+from providers.azure.errors import translate
 from providers.azure.settings import AzureSettings
-from providers.base import FatalError, ProviderError, ProviderEvent
+from providers.base import FatalError, ProviderError
+from providers.masking import mask_message
 
 log = logging.getLogger("spotwise.providers.azure")
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
 
 
 class _Anonymous:
@@ -39,7 +36,7 @@ class _NoAuth(SansIOHTTPPolicy):  # type: ignore[type-arg]
 
 class _Recording:
     """Wraps the real credential and remembers the tokens it hands out, so every message we
-    emit or raise can be scrubbed of them. Never logs or prints anything."""
+    emit or raise can be masked. Never logs or prints anything."""
 
     def __init__(self, inner: Any) -> None:
         self._inner = inner
@@ -57,7 +54,9 @@ class _Recording:
         return "<credential>"
 
 
-class Api:
+class Api(CloudApi):
+    """One subscription's credential and ARM clients, and the events to drain."""
+
     def __init__(
         self,
         settings: AzureSettings,
@@ -66,10 +65,8 @@ class Api:
         authentication_policy: Any = None,
         clock: Clock | None = None,
     ) -> None:
+        super().__init__(clock, log)
         self.settings = settings
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._events: deque[ProviderEvent] = deque(maxlen=1000)
         self._auth_policy = authentication_policy
         if credential is None and settings.credentials == "anonymous":
             log.warning('azure: credentials = "anonymous": no token is sent (local fakes only)')
@@ -79,22 +76,6 @@ class Api:
         self._credential: _Recording | None = credential
         self._compute: Any = None
         self._network: Any = None
-
-    def now(self) -> datetime:
-        return self._clock.now() if self._clock is not None else datetime.now(UTC)
-
-    # -- events and secrets ----------------------------------------------------------------
-    def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
-        log.warning("%s", message)
-        with self._lock:
-            self._events.append(ProviderEvent(message, level))
-
-    def drain_events(self) -> list[ProviderEvent]:
-        with self._lock:
-            out = list(self._events)
-            self._events.clear()
-            return out
 
     def secrets(self) -> list[str]:
         return self._credential.secrets() if self._credential is not None else []
@@ -109,7 +90,7 @@ class Api:
                     self._credential = _Recording(DefaultAzureCredential())
                 except Exception as exc:
                     raise FatalError(
-                        f"azure credentials: {type(exc).__name__}: {scrub(str(exc))}"
+                        f"azure credentials: {type(exc).__name__}: {mask_message(str(exc))}"
                     ) from None
             return self._credential
 

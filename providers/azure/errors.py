@@ -1,4 +1,4 @@
-"""Translate azure-core failures into the provider's typed errors, with credentials scrubbed.
+"""Translate azure-core failures into the provider's typed errors, with credentials masked.
 
 azure-core's retry policy has already retried 429 and 5xx (`max_retries`) by the time an
 exception reaches us, so what arrives here is final for this call. The same code tables
@@ -7,7 +7,6 @@ read the errors that arrive later, in a failed VM's instance view (`failure_kind
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from azure.core.exceptions import (
@@ -29,6 +28,7 @@ from providers.base import (
     Throttled,
     TransientError,
 )
+from providers.masking import mask_message
 
 # The size has no room in that location/zone right now: try another offering.
 CAPACITY_CODES = frozenset(
@@ -66,24 +66,6 @@ FATAL_CODES = frozenset(
 )
 THROTTLE_CODES = frozenset({"TooManyRequests", "RetryableError", "Throttled"})
 
-_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._~+/=-]+", re.IGNORECASE)
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*")
-_SIG = re.compile(r"((?:sig|client_secret|password)=)[^\s&\"']+", re.IGNORECASE)
-_MAX_MESSAGE = 400
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove anything credential-like: known tokens, bearer headers, JWTs, signatures."""
-    for s in secrets:
-        if s and len(s) >= 4:
-            text = text.replace(s, "***")
-    text = _BEARER.sub(r"\1***", text)
-    text = _JWT.sub("***", text)
-    text = _SIG.sub(r"\1***", text)
-    if len(text) > _MAX_MESSAGE:
-        text = text[:_MAX_MESSAGE] + "..."
-    return text
-
 
 def error_code(exc: BaseException) -> str:
     if isinstance(exc, HttpResponseError):
@@ -120,7 +102,7 @@ def translate(
     status = int(getattr(exc, "status_code", 0) or 0)
     err = getattr(exc, "error", None)
     detail = getattr(err, "message", None) or getattr(exc, "message", None) or str(exc)
-    message = scrub(f"azure {what}: {code}: {detail}", secrets)
+    message = mask_message(f"azure {what}: {code}: {detail}", secrets)
     out: ProviderError
     kind = failure_kind(code, str(detail))
     if kind is FailureKind.QUOTA:

@@ -6,6 +6,13 @@ Stdlib only (ThreadingHTTPServer on 127.0.0.1:0). State changes that Azure makes
 tests need no sleeps. Injections: `fail_create` (synchronous error on the next VM PUT),
 `fail_later` (the next VM create's operation fails with that code), `evict()`,
 `power_off()` (the job's own shutdown), `leak()` (a tagged orphan NIC/disk/IP).
+
+Pointing the real SDK at it: `arm = FakeArm(fake_catalog.skus(), subscription)` listens at
+once on `arm.url`; configure `[providers.azure]` with the same `subscription_id`,
+`base_url = arm.url` and `credentials = "anonymous"` (azure-core then sends no token, which it
+would refuse to send over http), and `prices_url` from a FakePrices (fake_prices.py).
+AzureProvider's ComputeManagementClient and NetworkManagementClient then talk only to the
+fake; tests/support/azure_harness.py `settings_for()` is the whole recipe. `arm.close()` stops it.
 """
 
 from __future__ import annotations
@@ -354,7 +361,7 @@ class FakeArm:
             }
         failure, self.fail_later = self.fail_later, None
 
-        def settle() -> None:
+        def finish_create() -> None:
             if failure is None:
                 vm["properties"]["provisioningState"] = "Succeeded"
                 vm["_statuses"] = [{"code": "ProvisioningState/succeeded", "level": "Info"}]
@@ -371,7 +378,7 @@ class FakeArm:
                     }
                 ]
 
-        self.pending.append(settle)
+        self.pending.append(finish_create)
         problem = {"code": failure[0], "message": failure[1]} if failure else None
         op = self._op("Failed" if failure else "Succeeded", problem)
         return 201, self._view(vm, False), {"Azure-AsyncOperation": op}

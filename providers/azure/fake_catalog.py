@@ -1,5 +1,10 @@
 """Realistic figures for the fakes, read from ../shared/data/catalog/azure_vms.csv (with a
-built-in fallback): resource SKUs and Retail Prices rows for a few GPU sizes."""
+built-in fallback): resource SKUs and Retail Prices rows for a few GPU sizes.
+
+Not a server itself: `skus()` is what FakeArm (fake_arm.py) answers the resource SKUs list
+with, and `price_rows()` what FakePrices (fake_prices.py) serves; point the SDK at those two
+as their docstrings say, and the adapter sees these sizes in LOCATIONS.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,11 @@
 """A loopback Retail Prices API fake: the OData subset the adapter uses (`eq`, `and`,
-`contains`), NextPageLink paging and injectable HTTP 429s (Retry-After: 0)."""
+`contains`), NextPageLink paging and injectable HTTP 429s (Retry-After: 0).
+
+Pointing the adapter at it: `prices = FakePrices(fake_catalog.price_rows())` listens at once;
+`prices.url` is the full endpoint (.../api/retail/prices), so `[providers.azure]
+prices_url = prices.url` is all it takes (the public API needs no credentials, nor does this
+fake). tests/support/azure_harness.py does this beside the ARM fake; `prices.close()` stops it.
+"""
 
 from __future__ import annotations
 

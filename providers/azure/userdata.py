@@ -1,9 +1,6 @@
-"""The custom data script that starts a job on the VM and records how it ended.
+"""The Azure parts of the boot script (providers/boot_script.py): osProfile.customData.
 
-The same approach as the AWS boot script: the command is an argv list and every word and
-value is shell-quoted; the exit code goes to the checkpoint store as ``exits/<N>.json``
-(trainer/contract.py) through ``python3 -m trainer.outcome`` when the image has it, else
-written by the script itself (a file for paths, ``aws s3 cp`` for s3). cloud-init runs the
+Azure adds nothing to the shared script but its size limit and base64: cloud-init runs the
 script once (custom data starting with ``#!``). Then the box powers off: Azure reports the
 VM "stopped" (PowerState/stopped, still provisioned), which the adapter reads as EXITED;
 leak collection deletes it once its attempt is over.
@@ -12,64 +9,35 @@ leak collection deletes it once its attempt is over.
 from __future__ import annotations
 
 import base64
-import json
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 
 from providers.azure import ttl
-from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import INSTANCE_LOG, BootParts, build
+from providers.instance_output import InstanceOutput
 
 # osProfile.customData: at most 64 KB once decoded.
 MAX_CUSTOM_DATA = 64 * 1024 - 1
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = (
-    """#!/bin/bash
-# Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
-# then powers off.
-set -u
-state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
-logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
-mkdir -p "$state" "$logdir"
-{exports}
-"""
-    + RUN_AND_RECORD
-    + """{poweroff}
-"""
+PARTS = BootParts(
+    cloud="azure",
+    script_name="boot script",
+    max_bytes=MAX_CUSTOM_DATA,
+    limit_name="Azure's 64 KB custom data limit",
+    record_attempts=ttl.RECORD_ATTEMPTS,
+    record_retry_delay_s=int(ttl.RECORD_RETRY_DELAY.total_seconds()),
 )
 
 
-def _record(env: Mapping[str, str]) -> tuple[str, bool]:
-    return record_lines(
-        env, "azure", ttl.RECORD_ATTEMPTS, int(ttl.RECORD_RETRY_DELAY.total_seconds())
-    )
+# What `spotwise logs` prints for an attempt on Azure: the boot script's log on the VM, and
+# the boot diagnostics log fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG, console_command="az vm boot-diagnostics get-boot-log --ids {id}"
+)
 
 
 def build_script(command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True) -> str:
     """The bash script; LaunchRejected when the request cannot be expressed."""
-    if not command:
-        raise LaunchRejected("azure launch: the job command is empty")
-    bad = [k for k in env if not _ENV_NAME.match(k)]
-    if bad:
-        names = ", ".join(json.dumps(k) for k in bad)
-        raise LaunchRejected(f"azure launch: invalid environment variable name(s): {names}")
-    record, has_record = _record(env)
-    script = _TEMPLATE.format(
-        exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
-        argv=" ".join(shlex.quote(str(a)) for a in command),
-        outcome_ok="" if has_record else "false && ",
-        record=record,
-        poweroff="shutdown -h now" if poweroff else "",
-    )
-    size = len(script.encode())
-    if size > MAX_CUSTOM_DATA:
-        raise LaunchRejected(
-            f"azure launch: the boot script is {size} bytes, over Azure's 64 KB custom data "
-            "limit; shorten the command or environment"
-        )
-    return script
+    return build(PARTS, command, env, poweroff=poweroff)
 
 
 def custom_data(command: Sequence[str], env: Mapping[str, str]) -> str:

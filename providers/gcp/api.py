@@ -1,39 +1,32 @@
 """What every GCP resource module shares: credentials, the compute and billing clients
-(pointed at the configured endpoints), typed error translation, the clock and the events."""
+(pointed at the configured endpoints) and typed error translation, over the clock and event
+queue of every cloud's Api (providers/adapter.py)."""
 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from google.api_core.client_options import ClientOptions
 
-from providers.base import ProviderError, ProviderEvent
-from providers.gcp.errors import scrub, translate
+from providers.adapter import Clock, CloudApi
+from providers.base import ProviderError
+from providers.gcp.errors import translate
 from providers.gcp.settings import GcpSettings
 
 log = logging.getLogger("spotwise.providers.gcp")
 CLOUD = "gcp"
 
 
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-
-class Api:
+class Api(CloudApi):
     """One project's credentials and clients, and the events to drain."""
 
     def __init__(
         self, settings: GcpSettings, credentials: Any = None, clock: Clock | None = None
     ) -> None:
+        super().__init__(clock, log)
         self.settings = settings
-        self._clock = clock
-        self._lock = threading.RLock()
-        self._events: deque[ProviderEvent] = deque(maxlen=1000)
         self._clients: dict[str, Any] = {}
         self._credentials = credentials
         if credentials is None and settings.credentials == "anonymous":
@@ -44,22 +37,6 @@ class Api:
                 "gcp: credentials = 'anonymous': requests are unauthenticated "
                 "(meant for emulators and test fakes only)"
             )
-
-    def now(self) -> datetime:
-        return self._clock.now() if self._clock is not None else datetime.now(UTC)
-
-    # -- events and secrets ----------------------------------------------------------------
-    def emit(self, message: str, level: str = "warning") -> None:
-        message = scrub(message, self.secrets())
-        log.warning("%s", message)
-        with self._lock:
-            self._events.append(ProviderEvent(message, level))
-
-    def drain_events(self) -> list[ProviderEvent]:
-        with self._lock:
-            out = list(self._events)
-            self._events.clear()
-            return out
 
     def secrets(self) -> list[str]:
         """Values that must never appear in a message: the current OAuth token, if any."""

@@ -1,5 +1,5 @@
 """Translate google-api-core failures and GCE operation errors into the provider's typed
-errors, with credentials scrubbed. Codes are matched in one normal form (UPPER_SNAKE), so the
+errors, with credentials masked. Codes are matched in one normal form (UPPER_SNAKE), so the
 synchronous reasons ("quotaExceeded") and the operation codes ("QUOTA_EXCEEDED") meet."""
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from providers.base import (
     Throttled,
     TransientError,
 )
+from providers.masking import mask_message
 
 # The zone has no room for this shape right now (a stockout): try another pool.
 CAPACITY_CODES = frozenset(
@@ -58,25 +59,6 @@ _CONFIG_FIELDS = re.compile(
 _STOCKOUT_TEXT = re.compile(
     r"does not have enough resources available|resource pool exhausted|stockout", re.I
 )
-_TOKEN = re.compile(r"(ya29\.|Bearer\s+|access_token[\"'=: ]+)[A-Za-z0-9._\-]+", re.I)
-_KEY = re.compile(r"([?&]key=)[^&\s]+")
-_PRIVATE_KEY = re.compile(
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S
-)
-_MAX_MESSAGE = 400
-
-
-def scrub(text: str, secrets: Iterable[str] = ()) -> str:
-    """Remove anything credential-like: known secret values, OAuth tokens, API keys."""
-    for s in secrets:
-        if s and len(s) >= 4:
-            text = text.replace(s, "***")
-    text = _PRIVATE_KEY.sub("***", text)
-    text = _TOKEN.sub(r"\1***", text)
-    text = _KEY.sub(r"\1***", text)
-    if len(text) > _MAX_MESSAGE:
-        text = text[:_MAX_MESSAGE] + "..."
-    return text
 
 
 def norm(code: str) -> str:
@@ -119,7 +101,7 @@ def translate(
     acts on; `request`: the call carried a job's launch, so a 400 is that job's fault."""
     if isinstance(exc, ProviderError):
         return exc
-    message = scrub(f"gcp {what}: {type(exc).__name__}: {exc}", secrets)
+    message = mask_message(f"gcp {what}: {type(exc).__name__}: {exc}", secrets)
     if isinstance(exc, auth_exc.GoogleAuthError):
         return FatalError(message)
     if not isinstance(exc, gexc.GoogleAPICallError):
@@ -160,4 +142,4 @@ def operation_failure(op: Any, pool: str | None, secrets: Iterable[str] = ()) ->
     )
     if kind is FailureKind.REJECTED and _CONFIG_FIELDS.search(text):
         kind = FailureKind.FATAL
-    return LaunchFailure(kind, scrub(f"gcp insert: {text}", secrets), pool=pool)
+    return LaunchFailure(kind, mask_message(f"gcp insert: {text}", secrets), pool=pool)

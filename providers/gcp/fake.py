@@ -6,6 +6,13 @@ lists and SKU lists with paging, list filters (`name eq "re"`, `labels.k = "v"`,
 `operationType = "x"`), instances.insert with requestId dedup and name conflicts,
 operations that finish on a later read (with delayed errors), preemption and deletion as
 zone operations. Prices are us-central1 figures from shared/data/catalog/gcp_vms.csv.
+
+Pointing the real SDK at it: `fake = FakeGcp()` listens at once on `fake.url`; configure
+`[providers.gcp]` with `project = "spotwise-test"` (PROJECT), `regions = ["us-central1"]`,
+`api_endpoint` and `billing_endpoint` both `fake.url`, and `credentials = "anonymous"` (no
+token is fetched or sent). GcpProvider's compute_v1 and billing_v1 clients (REST transport)
+then talk only to the fake; tests/support/gcp_harness.py `settings()` is the whole recipe, and
+a person can keep one running from a Python shell the same way. `fake.close()` stops it.
 """
 
 from __future__ import annotations

@@ -323,13 +323,15 @@ class Instances:
         for zone, names in by_zone.items():
             raws = self._list_zone(zone, names)
             views = {n: self._view(raw, now) for n, raw in raws.items()}
-            unsettled = [
+            undecided = [
                 n for n in names if n not in views or views[n].state is InstanceState.ENDED
             ]
-            ops = self._ops(zone, unsettled) if unsettled else {}
+            ops = self._ops(zone, undecided) if undecided else {}
             for n in names:
                 inst = views.get(n)
-                inst = self._settle(inst, ops.get(n, []), zone, n, now, scopes.get((zone, n), ""))
+                inst = self._merge_operations(
+                    inst, ops.get(n, []), zone, n, now, scopes.get((zone, n), "")
+                )
                 if inst is not None:
                     found[(zone, n)] = inst
         for r in refs:  # no zone: search every configured region by name
@@ -338,7 +340,7 @@ class Instances:
                     found.setdefault((r.zone, r.id), inst)
         return [found.get((r.zone, r.id)) or not_found(r, CLOUD) for r in refs]
 
-    def _settle(
+    def _merge_operations(
         self,
         inst: Instance | None,
         ops: list[Any],
@@ -445,7 +447,7 @@ class Instances:
         for i in found:
             if i.state is InstanceState.ENDED:
                 ops = self._ops(i.zone, [i.id])
-                self._settle(i, ops.get(i.id, []), i.zone, i.id, self._api.now())
+                self._merge_operations(i, ops.get(i.id, []), i.zone, i.id, self._api.now())
         return found
 
     def find_by_token(self, token: str, region: str = "") -> list[Instance]:

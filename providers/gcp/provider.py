@@ -1,26 +1,19 @@
 """GcpProvider: the Provider protocol over Compute Engine and the Cloud Billing Catalog.
 
 A thin composition of offerings.py (machine/accelerator types, SKU prices) and instances.py
-(launch, describe, terminate, list, find), every cache lifetime in ttl.py. Nothing a restart
-could lose is kept: VMs are found again by their deterministic names and labels.
+(launch, describe, terminate, list, find), every cache lifetime in ttl.py; the Provider methods
+forward to them through providers/adapter.py. Nothing a restart could lose is kept: VMs are
+found again by their deterministic names and labels.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from providers.base import (
-    Capabilities,
-    Instance,
-    LaunchRequest,
-    Offering,
-    ProviderEvent,
-    ResourceRef,
-    TaggedResource,
-)
+from providers.adapter import Clock, CloudAdapter
+from providers.base import Capabilities
 from providers.gcp import ttl
-from providers.gcp.api import Api, Clock
+from providers.gcp.api import Api
 from providers.gcp.instances import Instances, instance_name, request_id
 from providers.gcp.offerings import Offerings
 from providers.gcp.settings import GcpSettings
@@ -45,7 +38,7 @@ CAPABILITIES = Capabilities(
 )
 
 
-class GcpProvider:
+class GcpProvider(CloudAdapter):
     """One GCP project across the configured regions."""
 
     name = "gcp"
@@ -61,27 +54,5 @@ class GcpProvider:
     ) -> None:
         self.settings = settings
         self.owner = owner
-        self._api = Api(settings, credentials, clock)
-        self._offerings = Offerings(self._api)
-        self._instances = Instances(self._api, owner, CAPABILITIES)
-
-    def offerings(self) -> list[Offering]:
-        return self._offerings.all()
-
-    def launch(self, request: LaunchRequest) -> list[Instance]:
-        return self._instances.launch(request)
-
-    def describe(self, refs: Sequence[ResourceRef]) -> list[Instance]:
-        return self._instances.describe(refs)
-
-    def terminate(self, refs: Sequence[ResourceRef]) -> None:
-        self._instances.terminate(refs)
-
-    def list_tagged(self, owner: str) -> list[TaggedResource]:
-        return self._instances.list_tagged(owner)
-
-    def find_by_token(self, token: str, region: str = "") -> list[Instance]:
-        return self._instances.find_by_token(token, region)
-
-    def drain_events(self) -> list[ProviderEvent]:
-        return self._api.drain_events()
+        api = Api(settings, credentials, clock)
+        super().__init__(api, Offerings(api), Instances(api, owner, CAPABILITIES))

@@ -1,53 +1,48 @@
-"""The startup-script that runs a job attempt on the VM and records how it ended.
+"""The GCP parts of the boot script (providers/boot_script.py): the startup-script metadata.
 
-Same approach as the AWS boot script: the argv and every environment value are shell-quoted,
-the exit code goes to the checkpoint store as ``exits/<N>.json`` through
-``python3 -m trainer.outcome`` when the image has it, else written by the script itself (a
-plain file for paths, ``aws s3 cp`` for s3). Then the VM powers off: GCE shows it TERMINATED
-without a preemption operation, which the adapter reads as EXITED; leak collection deletes
-the stopped VM once its attempt has ended (list_tagged reports it live: its disk is billed).
+What GCP adds to the shared script: GCE runs a startup-script on every boot, so the script
+marks the attempt started and exits at once on a later boot (unless SPOTWISE_RERUN is set).
+Then the VM powers off: GCE shows it TERMINATED without a preemption operation, which the
+adapter reads as EXITED; leak collection deletes the stopped VM once its attempt has ended
+(list_tagged reports it live: its disk is billed).
 """
 
 from __future__ import annotations
 
-import json
-import re
-import shlex
 from collections.abc import Mapping, Sequence
 
-from providers.base import LaunchRejected
-from providers.exit_record import RUN_AND_RECORD, record_lines
+from providers.boot_script import INSTANCE_LOG, STATE_DIR, BootParts, build
 from providers.gcp import ttl
+from providers.instance_output import InstanceOutput
 
 # GCE metadata: a single value is at most 256 KB, all metadata at most 512 KB.
 MAX_SCRIPT = 256 * 1024
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-_TEMPLATE = (
-    """#!/bin/bash
-# Written by spotwise: runs one job attempt, records its exit code in the checkpoint store,
-# then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).
-set -u
-if [ -e "${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}/started" ] \\
+_RUN_ONCE = f"""if [ -e "${{SPOTWISE_STATE_DIR:-{STATE_DIR}}}/started" ] \\
    && [ -z "${{SPOTWISE_RERUN:-}}" ]; then
   exit 0  # startup-scripts run on every boot; one attempt runs once
 fi
-state="${{SPOTWISE_STATE_DIR:-/var/lib/spotwise}}"
-logdir="${{SPOTWISE_LOG_DIR:-/var/log/spotwise}}"
-mkdir -p "$state" "$logdir"
-touch "$state/started"
-{exports}
 """
-    + RUN_AND_RECORD
-    + """{poweroff}
-"""
+
+PARTS = BootParts(
+    cloud="gcp",
+    script_name="startup-script",
+    max_bytes=MAX_SCRIPT,
+    limit_name="GCE's 256 KB metadata value limit",
+    record_attempts=ttl.RECORD_ATTEMPTS,
+    record_retry_delay_s=int(ttl.RECORD_RETRY_DELAY.total_seconds()),
+    finale="then powers off (GCE then shows the VM TERMINATED; spotwise deletes it later).",
+    run_once=_RUN_ONCE,
+    mark_started='touch "$state/started"\n',
 )
 
 
-def _record(env: Mapping[str, str]) -> tuple[str, bool]:
-    return record_lines(
-        env, "gcp", ttl.RECORD_ATTEMPTS, int(ttl.RECORD_RETRY_DELAY.total_seconds())
-    )
+# What `spotwise logs` prints for an attempt on GCE: the startup-script's log on the VM, and
+# the serial port output fetched without logging in.
+OUTPUT = InstanceOutput(
+    log_path=INSTANCE_LOG,
+    console_command="gcloud compute instances get-serial-port-output {id} --zone {zone}",
+)
 
 
 def build_startup_script(
@@ -55,24 +50,4 @@ def build_startup_script(
 ) -> str:
     """A bash script running `command` with `env` exported; LaunchRejected when the request
     cannot be expressed (bad env names, an empty command, over GCE's metadata limit)."""
-    if not command:
-        raise LaunchRejected("gcp launch: the job command is empty")
-    bad = [k for k in env if not _ENV_NAME.match(k)]
-    if bad:
-        names = ", ".join(json.dumps(k) for k in bad)
-        raise LaunchRejected(f"gcp launch: invalid environment variable name(s): {names}")
-    record, has_record = _record(env)
-    script = _TEMPLATE.format(
-        exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
-        argv=" ".join(shlex.quote(str(a)) for a in command),
-        outcome_ok="" if has_record else "false && ",
-        record=record,
-        poweroff="shutdown -h now" if poweroff else "",
-    )
-    size = len(script.encode())
-    if size > MAX_SCRIPT:
-        raise LaunchRejected(
-            f"gcp launch: the startup-script is {size} bytes, over GCE's 256 KB metadata "
-            "value limit; shorten the command or environment"
-        )
-    return script
+    return build(PARTS, command, env, poweroff=poweroff)

@@ -9,11 +9,12 @@ passwords in URLs before anything is printed.
 from __future__ import annotations
 
 import math
-import re
 import tomllib
 from typing import Any
 
 from pydantic import ValidationError
+
+from providers.masking import mask_url_passwords
 
 
 class UserError(Exception):
@@ -22,14 +23,10 @@ class UserError(Exception):
     exit_code = 2
 
 
-_URL_PASSWORD = re.compile(
-    r"([A-Za-z][A-Za-z0-9+.-]{0,30}://[^\s:/@'\"]{0,200}:)[^\s@/'\"]{1,500}@"
-)
-
-
 def mask_urls(text: str) -> str:
-    """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db', anywhere in text."""
-    return _URL_PASSWORD.sub(r"\1***@", text)
+    """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db', anywhere in text
+    (the one masker's URL rule, providers/masking.py; a config echo keeps its other words)."""
+    return mask_url_passwords(text)
 
 
 def clean(text: str, limit: int = 120) -> str:

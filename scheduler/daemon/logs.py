@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import sys
 import time
 from typing import TextIO
 
-from scheduler.core.errors import mask_urls
+from providers.masking import mask
 
 # syslog(3) priorities, as sd-daemon(3) prefixes read them.
 PRIORITY = {
@@ -30,27 +29,11 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # Libraries whose INFO lines are per-request noise; shown only at DEBUG.
 NOISY = ("botocore", "boto3", "urllib3", "azure", "google", "apscheduler", "alembic")
 
-_SECRETS = (
-    # AWS access key ids and anything shaped key=value / key: value with a secret-ish key.
-    (re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"), r"\1****************"),
-    (
-        re.compile(
-            r"(?i)\b((?:aws_)?secret(?:_access)?_key|session_token|password|passwd|token|"
-            r"api[_-]?key|client_secret|sig|signature|x-amz-security-token)"
-            r"(\"?\s*[=:]\s*\"?)([^\s\"&,;]+)"
-        ),
-        r"\1\2***",
-    ),
-    (re.compile(r"(?i)\b(authorization:\s*(?:bearer|basic)\s+)\S+"), r"\1***"),
-)
-
 
 def redact(text: str) -> str:
-    """Database passwords, cloud keys, tokens and signatures masked wherever they appear."""
-    text = mask_urls(text)
-    for pattern, repl in _SECRETS:
-        text = pattern.sub(repl, text)
-    return text
+    """Database passwords, cloud keys, tokens and signatures masked wherever they appear, by
+    the one masker the provider errors use too (providers/masking.py)."""
+    return mask(text)
 
 
 def journal_attached(stream: TextIO | None = None) -> bool:

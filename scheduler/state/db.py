@@ -17,6 +17,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, select
 
+from providers.masking import mask_url_passwords
 from scheduler.core.errors import UserError
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -25,12 +26,9 @@ MIGRATION_LOCK = 0x5707_0001  # pg_advisory_lock key held while migrating
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, for every message a person may read."""
-    try:
-        made = sa.engine.make_url(url)
-    except Exception:
-        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
-    return made.render_as_string(hide_password=True)
+    """The URL with any password replaced, for every message a person may read (the one
+    masker's URL rule, providers/masking.py)."""
+    return mask_url_passwords(url)
 
 
 def sqlite_path(url: str) -> Path | None:

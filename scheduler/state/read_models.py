@@ -23,6 +23,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from providers.instance_output import instance_output
+from providers.local.settings import instance_dir
 from scheduler.core.config import Config, local_settings
 from scheduler.core.errors import UserError
 from scheduler.core.states import AttemptState, JobState
@@ -422,16 +424,6 @@ def _event_row(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# Where each cloud's instance wrapper (providers/*/userdata.py, startup.py) writes the job's
-# output: on the instance's disk, not uploaded anywhere.
-_CLOUD_LOG = "/var/log/spotwise/job.log"
-_CONSOLE = {
-    "aws": "aws ec2 get-console-output --region {region} --instance-id {id}",
-    "gcp": "gcloud compute instances get-serial-port-output {id} --zone {zone}",
-    "azure": "az vm boot-diagnostics get-boot-log --ids {id}",
-}
-
-
 def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
     """Where an attempt's stdout and stderr are: files this machine can read (the local
     market) or, for a cloud instance, where the wrapper left them and how to get the console."""
@@ -446,28 +438,28 @@ def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
             "stdout": str(d / "stdout.log"),
             "stderr": str(d / "stderr.log"),
         }
-    console = _CONSOLE.get(a.get("cloud") or "", "")
+    # The cloud states where its boot script left the output (providers/instance_output.py).
+    output = instance_output(a.get("cloud") or "")
     note = (
-        f"stdout and stderr are in {_CLOUD_LOG} on {a.get('cloud')} instance {iid} (not "
+        f"stdout and stderr are in {output.log_path} on {a.get('cloud')} instance {iid} (not "
         "uploaded; gone once the instance is deleted)"
     )
     return {
         "available": False,
-        "path_on_instance": _CLOUD_LOG,
-        "console_command": console.format(id=iid, region=a.get("region"), zone=a.get("zone"))
-        if console
-        else None,
+        "path_on_instance": output.log_path,
+        "console_command": output.console(iid, a.get("region"), a.get("zone")),
         "note": note,
     }
 
 
 def local_instance_dir(config: Config | None, instance_id: str) -> Path:
-    """LocalMarket.instance_dir without starting a market (no trace load, no mkdir)."""
+    """LocalMarket.instance_dir without starting a market (no trace load, no mkdir), by the
+    layout the local provider states (providers/local/settings.instance_dir)."""
     if config is not None and config.providers.local is not None:
         root = local_settings(config).resolved_state_dir()
     else:  # the market was configured away since: its default place under state_dir
         root = (config or Config()).daemon.resolved_state_dir() / "local"
-    return root / "instances" / instance_id
+    return instance_dir(root, instance_id)
 
 
 def tail(path: Path, lines: int) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 from pydantic import ValidationError
 
-from providers.aws.errors import scrub, translate
+from providers.aws.errors import translate
 from providers.aws.fake_pricing import product
 from providers.aws.instance_types import (
     canonical_gpu,
@@ -37,6 +37,7 @@ from providers.base import (
     Throttled,
     TransientError,
 )
+from providers.masking import mask_message
 from tests.support.aws_fixtures import eventbridge_warning
 from trainer.contract import exit_name, to_uri
 
@@ -272,10 +273,10 @@ def test_translate():
 
 def test_scrub():
     text = "key AKIAABCDEFGHIJKLMNOP sig Signature=deadbeef&X-Amz-Security-Token=tok s3cr3t-value"
-    out = scrub(text, ["s3cr3t-value"])
+    out = mask_message(text, ["s3cr3t-value"])
     assert "AKIA" not in out and "deadbeef" not in out and "tok" not in out
     assert "s3cr3t-value" not in out
-    assert len(scrub("x" * 5000)) < 500
+    assert len(mask_message("x" * 5000)) < 500
 
 
 def test_settings():

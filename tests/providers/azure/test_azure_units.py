@@ -16,11 +16,12 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 
 import providers.azure
-from providers.azure.errors import scrub, translate
+from providers.azure.errors import translate
 from providers.azure.instances import image_reference, vm_name
 from providers.azure.settings import AzureSettings
 from providers.azure.userdata import MAX_CUSTOM_DATA, build_script, custom_data
 from providers.base import CapacityUnavailable, FatalError, LaunchRejected, QuotaExceeded
+from providers.masking import mask_message
 from trainer.contract import exit_name, to_uri
 
 bash = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -109,7 +110,7 @@ def test_translate_and_scrub() -> None:
     assert isinstance(translate(_http_error(400, "InvalidParameter"), what="x", request=True),
                       LaunchRejected)  # fmt: skip
     assert isinstance(translate(_http_error(400, "InvalidParameter"), what="x"), FatalError)
-    text = scrub(
+    text = mask_message(
         "Authorization: Bearer abc.def-ghi token eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiIxMjMifQ.sig",
         ["zzzz"],
     )

@@ -19,9 +19,10 @@ from providers.base import (
     TransientError,
 )
 from providers.gcp import GcpProvider, GcpSettings
-from providers.gcp.errors import norm, scrub, translate
+from providers.gcp.errors import norm, translate
 from providers.gcp.instances import instance_name, request_id
 from providers.gcp.provider import CAPABILITIES
+from providers.masking import mask_message
 
 
 def test_settings_validation() -> None:
@@ -119,6 +120,6 @@ def test_error_translation() -> None:
 
 def test_scrub() -> None:
     text = "Bearer ya29.abcDEF-123 and ?key=AIzaSECRET&x=1 and ya29.other_tok"
-    out = scrub(text, ["custom-secret"])
+    out = mask_message(text, ["custom-secret"])
     assert "abcDEF" not in out and "AIzaSECRET" not in out and "other_tok" not in out
-    assert "***" in scrub("has custom-secret inside", ["custom-secret"])
+    assert "***" in mask_message("has custom-secret inside", ["custom-secret"])
