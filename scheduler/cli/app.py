@@ -131,8 +131,10 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    """The `spotwise` console script: a failure a person can act on is one `error:` line
-    per problem and its exit code; anything else is a bug, and its traceback follows."""
+    """The `spotwise` console script: a failure a person can act on (a UserError, an
+    unusable database, a configured path that cannot be used) is one `error:` line per
+    problem and its exit code; anything else is a bug, and its traceback follows (the fuzz
+    tests drive this function with unusable values and allow none)."""
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(version_line())
         return

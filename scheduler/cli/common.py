@@ -198,12 +198,16 @@ def _speed(cfg: Config) -> float:
 
 def exit_on_known_error(e: Exception) -> None:
     """Exit with one `error:` line per problem when `e` is a failure a person can act on (a
-    UserError, a database that cannot be used); return for anything else."""
+    UserError, a database that cannot be used, a path the configuration names that cannot
+    be created or read); return for anything else."""
     import sqlite3
 
     errors = sys.modules.get("scheduler.core.errors")  # loaded by whatever raised one
     if errors is not None and isinstance(e, errors.UserError):
         _print_error(str(e), e.exit_code)
+    if isinstance(e, OSError) and e.filename is not None:
+        # A configured directory or file the command cannot use: the user's to fix.
+        _print_error(f"{e.filename}: {e.strerror or e}", 2)
     sqlalchemy_exc = sys.modules.get("sqlalchemy.exc")
     database_errors: tuple[type[BaseException], ...] = (sqlite3.DatabaseError,)
     if sqlalchemy_exc is not None:

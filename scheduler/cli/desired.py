@@ -42,7 +42,7 @@ def submit(
 
     spec = load_jobspec(job_file)
     cfg = load_config(config)
-    now = clock_for(cfg).now()
+    now = clock_for(cfg, read_only=True).now()
     # Everything that can never run is refused before the job is queued.
     spec.validate_for_submit(now, source=str(job_file))
     check_team(spec, cfg, source=str(job_file))
@@ -74,7 +74,7 @@ def cancel(
     if (job is None) == (team is None):
         raise UserError("give a JOB or --team TEAM (not both)")
     cfg, engine = open_engine(config)
-    now = clock_for(cfg).now()
+    now = clock_for(cfg, read_only=True).now()
     if job is not None:
         ids = [cancel_job(engine, job, now).id]
     else:
@@ -98,7 +98,7 @@ def release(
     from scheduler.state.requeue import release as release_job
 
     cfg, engine = open_engine(config)
-    j = release_job(engine, job, clock_for(cfg).now())
+    j = release_job(engine, job, clock_for(cfg, read_only=True).now())
     print_out(f"{j.id} released: {j.state.value}")
     warn_if_no_daemon(cfg, engine)
 
@@ -113,6 +113,6 @@ def requeue(
     from scheduler.state.requeue import requeue as requeue_job
 
     cfg, engine = open_engine(config)
-    j = requeue_job(engine, job, clock_for(cfg).now())
+    j = requeue_job(engine, job, clock_for(cfg, read_only=True).now())
     print_out(f"{j.id} requeued: {j.state.value}")
     warn_if_no_daemon(cfg, engine)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -54,7 +55,19 @@ class ScaledClock:
     """Real time sped up around an anchor: the local market's world, where trace hours pass in
     real seconds, so prices, spend, budgets and deadlines all move at the market's speed."""
 
+    # A sped-up clock must keep working for this much real time (datetime ends at 9999).
+    HORIZON = timedelta(days=365)
+
     def __init__(self, anchor: datetime, speedup: float) -> None:
+        if not (math.isfinite(speedup) and speedup > 0):
+            raise ValueError(f"speedup {speedup!r} must be a finite number above 0")
+        try:
+            anchor + self.HORIZON * speedup
+        except OverflowError:
+            raise ValueError(
+                f"speedup {speedup:g} is too large: market time would pass the year 9999 "
+                "within a year"
+            ) from None
         self.anchor = anchor
         self.speedup = speedup
 

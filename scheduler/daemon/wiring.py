@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.core.clock import Clock, RealClock, ScaledClock
 from scheduler.core.config import Config, local_settings
+from scheduler.core.errors import UserError
 
 if TYPE_CHECKING:  # the read commands take the clock without any provider's code
     from providers.base import Provider
@@ -52,5 +53,15 @@ def clock_for(config: Config, *, read_only: bool = False) -> Clock:
     from providers.local.state import ensure_epoch, read_epoch
 
     state_dir, now = local_settings(config).resolved_state_dir(), RealClock().now()
-    epoch = (read_epoch(state_dir) or now) if read_only else ensure_epoch(state_dir, now)
-    return ScaledClock(epoch, local.speedup)
+    if read_only:
+        epoch = read_epoch(state_dir) or now
+    else:
+        try:
+            epoch = ensure_epoch(state_dir, now)
+        except OSError as e:
+            key = "providers.local.state_dir" if local.state_dir else "daemon.state_dir"
+            raise UserError(f"{key}: {state_dir} is not usable: {e.strerror or e}") from None
+    try:
+        return ScaledClock(epoch, local.speedup)
+    except ValueError as e:
+        raise UserError(f"providers.local.speedup: {e}") from None

@@ -31,8 +31,22 @@ def redact_url(url: str) -> str:
     return mask_url_passwords(url)
 
 
+def parse_url(url: str) -> sa.engine.URL:
+    """`[daemon] database_url` as SQLAlchemy reads it; one that cannot be read is a
+    UserError naming the key (SQLAlchemy raises ArgumentError, or a bare ValueError for a
+    port that is not a number)."""
+    try:
+        return sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError) as e:
+        detail = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(
+            f"daemon.database_url {redact_url(url)!r} is not a database URL ({detail}); "
+            "e.g. sqlite:////var/lib/spotwise/spotwise.db or postgresql://user@host/db"
+        ) from None
+
+
 def sqlite_path(url: str) -> Path | None:
-    made = sa.engine.make_url(url)
+    made = parse_url(url)
     if made.get_backend_name() != "sqlite" or not made.database or made.database == ":memory:":
         return None
     return Path(made.database)
@@ -40,8 +54,8 @@ def sqlite_path(url: str) -> Path | None:
 
 def is_postgres(url: str) -> bool:
     try:
-        return sa.engine.make_url(url).get_backend_name() == "postgresql"
-    except sa.exc.ArgumentError:
+        return parse_url(url).get_backend_name() == "postgresql"
+    except UserError:
         return False
 
 
@@ -55,13 +69,16 @@ def make_engine(
     """The engine for `url`; `pg_settings` are PostgreSQL session settings (milliseconds for
     the timeouts) applied to every connection, e.g. the lease's statement_timeout, and
     `application_name` names its sessions (a standby ends an expired holder's by it)."""
-    try:
-        path = sqlite_path(url)
-    except sa.exc.ArgumentError as e:
-        raise UserError(f"database_url {redact_url(url)!r} is not a database URL: {e}") from None
+    path = sqlite_path(url)
     if path is not None:
         if create_dir:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise UserError(
+                    f"daemon.database_url {redact_url(url)!r}: cannot create {path.parent}: "
+                    f"{e.strerror or e}"
+                ) from None
         engine = sa.create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
 
         @event.listens_for(engine, "connect")
@@ -74,7 +91,7 @@ def make_engine(
             cur.close()
 
         return engine
-    made = sa.engine.make_url(url)
+    made = parse_url(url)
     connect_args: dict[str, object] = {}
     if made.get_backend_name() == "postgresql":
         if made.drivername in ("postgresql", "postgres"):

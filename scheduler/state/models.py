@@ -77,6 +77,9 @@ class Job(SQLModel, table=True):
     held_budget: str | None = None
     held_window_start: datetime | None = _utc(default=None)
     held_limit_usd: float | None = None
+    # What the budget had spent when it held the job: a refund below it (an end learned late,
+    # after an outage) releases the hold.
+    held_spent_usd: float | None = None
     attempts: int = 0
     recoveries: int = 0  # preemptions recovered (drawn from max_preemptions)
     failures: int = 0  # attempts lost or rejected (drawn from max_attempts)
@@ -192,6 +195,11 @@ class BudgetSpend(SQLModel, table=True):
     burn_per_hour: float = 0.0
     state: str = "ok"  # ok | warning | exhausted
     updated_at: datetime = _utc()
+    # The running total of the window's accrued spend (its buckets' sum), kept by every
+    # accrual: a budget's status is this row, not a sum over the buckets. `accrued_key` names
+    # what it totals (scope, window, window start); another key means it is rebuilt once.
+    accrued_usd: float = 0.0
+    accrued_key: str = ""
 
 
 class SpendBucket(SQLModel, table=True):
@@ -258,6 +266,9 @@ class LeakSeen(SQLModel, table=True):
     provider: str
     kind: str = "instance"
     first_seen_at: datetime = _utc()
+    # Why the resource is not provably this database's ("" when it is): such a resource is
+    # reported once, never terminated (another deployment with the same owner tag).
+    not_ours: str = ""
 
 
 class PolicyState(SQLModel, table=True):
@@ -271,3 +282,27 @@ class PolicyState(SQLModel, table=True):
     shape: str = Field(default="", index=True)
     state_json: str = "{}"
     updated_at: datetime = _utc()
+
+
+class Installation(SQLModel, table=True):
+    """This database's identity and the latest time its daemon read: one row.
+
+    `install_id` is made by the migration that creates the table (the first one a database
+    runs through) and goes on every resource the daemon creates: leak collection acts only
+    on resources carrying it, so two deployments with the same owner in one cloud account
+    never collect each other's. `clock_reading` only moves forward: a daemon whose clock is
+    behind it by more than a tolerance refuses to start."""
+
+    id: int = Field(default=1, primary_key=True)
+    install_id: str
+    created_at: datetime = _utc()
+    clock_reading: datetime | None = _utc(default=None)
+
+
+class ProviderState(SQLModel, table=True):
+    """When each provider last answered `describe` for every live instance on it: spend is
+    accrued up to there, so time nobody observed (the daemon down, a cloud's API failing)
+    is billed once it is seen, never assumed."""
+
+    name: str = Field(primary_key=True)
+    observed_at: datetime | None = _utc(default=None)

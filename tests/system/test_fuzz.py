@@ -144,3 +144,110 @@ def test_real_cli_one_line_no_traceback(tmp_path, data):
     assert "Traceback" not in r.stderr + r.stdout
     lines = r.stderr.splitlines()
     assert lines and all(x.startswith(f"error: {path}: ") for x in lines), r.stderr
+
+
+# -- the console script's entry point, with values that parse but cannot work --------------
+# Valid TOML of the right type whose value no command can use: each case is a key and the
+# values tried for it. Several are refused at load by the config's own checks; the rest
+# reach the code that uses them (the engine, the market's clock, its state directory).
+UNUSABLE = {
+    ("daemon", "database_url"): [
+        '"postgresql://::::/x"', '"://"', '"not a url"', '"mysql://u@localhost/db"',
+        '"postgresql+nosuchdriver://u@localhost/db"', '"sqlite:////proc/nope/spotwise.db"',
+        '"sqlite:///relative/spotwise.db"',
+    ],
+    ("daemon", "state_dir"): ['"/proc/nope/state"', '"/dev/null/state"', '"relative/state"'],
+    ("providers.local", "state_dir"): ['"/proc/nope/local"', '"/dev/null/local"'],
+    ("providers.local", "speedup"): ["1e300", "1e18", "1e-300"],
+    ("providers.local", "trace_start"): ['"99999d"', '"3650d"'],
+    ("daemon", "checkpoint_root"): ['"/proc/nope/ckpt"', '"ftp://x/y"'],
+}  # fmt: skip
+ENTRY_COMMANDS = [
+    ["submit", "{job}"], ["submit", "{job}", "-o", "json"], ["status"], ["status", "-o", "json"],
+    ["budget"], ["cost"], ["events"], ["prices", "--limit", "2"], ["show", "j-nope"],
+    ["cancel", "j-nope"], ["release", "j-nope"], ["requeue", "j-nope"], ["check-config"],
+    ["db", "upgrade"], ["report"],
+]  # fmt: skip
+
+
+def _unusable_config(draw, tmp: Path) -> str:  # type: ignore[no-untyped-def]
+    keys = draw(st.lists(st.sampled_from(sorted(UNUSABLE)), min_size=1, max_size=3, unique=True))
+    sections: dict[str, list[str]] = {"daemon": [f'state_dir = "{tmp / "state"}"']}
+    for section, key in keys:
+        lines = sections.setdefault(section, [])
+        lines[:] = [x for x in lines if not x.startswith(f"{key} =")]
+        lines.append(f"{key} = {draw(st.sampled_from(UNUSABLE[section, key]))}")
+    return "".join(f"[{name}]\n" + "\n".join(lines) + "\n" for name, lines in sections.items())
+
+
+def _run_main(argv: list[str], cwd: Path) -> tuple[int, str]:
+    """The console script's `main()`, in this process: (exit code, stderr). Anything but
+    SystemExit escaping it is what a user would see as a traceback."""
+    import io
+    import os
+
+    from scheduler.cli import app as entry
+
+    err, out = io.StringIO(), io.StringIO()
+    old = sys.argv, sys.stderr, sys.stdout, os.getcwd()
+    sys.argv, sys.stderr, sys.stdout = ["spotwise", *argv], err, out
+    os.chdir(cwd)
+    try:
+        entry.main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv, sys.stderr, sys.stdout = old[0], old[1], old[2]
+        os.chdir(old[3])
+    return code, err.getvalue()
+
+
+@settings(FUZZ, max_examples=60)
+@given(data=st.data())
+def test_console_script_with_unusable_values_never_tracebacks(tmp_path_factory, data):
+    tmp = tmp_path_factory.mktemp("unusable")
+    cfg = tmp / "spotwise.toml"
+    cfg.write_text(_unusable_config(data.draw, tmp))
+    job = tmp / "job.toml"
+    job.write_text('name = "x"\ncommand = ["python", "-c", "pass"]\ngpus = "V100:1"\n')
+    argv = [a.format(job=job) for a in data.draw(st.sampled_from(ENTRY_COMMANDS))]
+    t = time.monotonic()
+    code, err = _run_main([*argv, "-c", str(cfg)], tmp)
+    assert time.monotonic() - t < 30
+    assert "Traceback" not in err, err
+    assert code in (0, 1, 2, 3), (code, err)
+    if code in (1, 2):
+        lines = [x for x in err.splitlines() if x.strip()]
+        assert lines and all(x.startswith(("error: ", "warning: ")) for x in lines), err
+    # Only the commands that create state may leave some, and never outside the tmp dir.
+    assert not Path("/proc/nope").exists()
+
+
+@pytest.mark.parametrize(
+    "section,key,value",
+    [
+        ("daemon", "database_url", '"postgresql://::::/x"'),
+        ("daemon", "database_url", '"://"'),
+        ("providers.local", "state_dir", '"/proc/nope/local"'),
+        ("providers.local", "speedup", "1e300"),
+    ],
+)
+def test_real_console_script_submit_with_unusable_values(tmp_path, section, key, value):
+    """The cases a user first met as tracebacks, through `python -m scheduler submit`."""
+    cfg = tmp_path / "spotwise.toml"
+    state = f'state_dir = "{tmp_path / "state"}"\n'
+    if section == "daemon":
+        cfg.write_text(f"[daemon]\n{state}{key} = {value}\n")
+    else:
+        cfg.write_text(f"[daemon]\n{state}[{section}]\n{key} = {value}\n")
+    job = tmp_path / "job.toml"
+    job.write_text('name = "x"\ncommand = ["python", "-c", "pass"]\ngpus = "V100:1"\n')
+    r = subprocess.run(
+        [sys.executable, "-m", "scheduler", "submit", str(job), "-c", str(cfg)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr + r.stdout
+    lines = r.stderr.splitlines()
+    assert lines and all(x.startswith("error: ") for x in lines), r.stderr
