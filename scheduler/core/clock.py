@@ -76,3 +76,31 @@ class ScaledClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds / self.speedup)
+
+
+class ForwardClock:
+    """A clock that never reads earlier than it did (nor than `floor`): the daemon's clock.
+
+    A wall clock can step back (NTP, a VM resumed from a snapshot); billing, budget windows
+    and back-offs must not. While the clock underneath is behind, time stands still at the
+    latest reading until it catches up."""
+
+    def __init__(self, inner: Clock, floor: datetime | None = None) -> None:
+        self.inner = inner
+        self._latest = floor
+        self._lock = threading.Lock()
+
+    @property
+    def speedup(self) -> float:
+        return float(getattr(self.inner, "speedup", 1.0) or 1.0)
+
+    def now(self) -> datetime:
+        t = self.inner.now()
+        with self._lock:
+            if self._latest is not None and t < self._latest:
+                return self._latest
+            self._latest = t
+            return t
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)

@@ -31,7 +31,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlmodel import Session, col, func, select
 
-from scheduler.core.clock import Clock
+from scheduler.core.clock import Clock, ForwardClock
 from scheduler.core.config import Config
 from scheduler.core.errors import UserError
 from scheduler.core.states import AttemptState, JobState
@@ -41,6 +41,7 @@ from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for
 from scheduler.state.db import is_postgres, open_db
 from scheduler.state.files import find_config, load_config
+from scheduler.state.installation import check_clock
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
 
@@ -50,7 +51,7 @@ EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: not the user's fault; systemd restarts it a
 
 # Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
 MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
-# Keys a running daemon cannot take on reload (they move its state or identity).
+# Keys a running daemon cannot take on reload (they move its state, identity or clock).
 RESTART_ONLY = (
     ("daemon", "state_dir"),
     ("daemon", "database_url"),
@@ -64,6 +65,10 @@ RESTART_ONLY = (
 )
 
 
+LOCAL_CLOCK_KEYS = ("speedup", "trace", "trace_start")
+CLOUD_SECTIONS = ("aws", "gcp", "azure")
+
+
 def restart_only_changes(old: Config, new: Config) -> list[str]:
     out = [
         f"{sec}.{key}"
@@ -75,6 +80,22 @@ def restart_only_changes(old: Config, new: Config) -> list[str]:
     ol, nl = old.providers.local, new.providers.local
     if (ol is None) != (nl is None) or (ol and nl and ol.state_dir != nl.state_dir):
         out.append("providers.local")
+    if ol is not None and nl is not None:
+        # The market's clock: a new speed or trace position would bill running attempts
+        # for market hours that never passed (or never bill those that did).
+        out.extend(
+            f"providers.local.{key}"
+            for key in LOCAL_CLOCK_KEYS
+            if getattr(ol, key) != getattr(nl, key)
+        )
+    if ol is not None or nl is not None:
+        # Beside the local market a cloud switches the daemon between market time and real
+        # time (scheduler.daemon.wiring.clock_for): a cloud added or removed moves its clock.
+        out.extend(
+            f"providers.{name}"
+            for name in CLOUD_SECTIONS
+            if (getattr(old.providers, name) is None) != (getattr(new.providers, name) is None)
+        )
     return sorted(set(out))
 
 
@@ -105,10 +126,16 @@ class Daemon:
                 {"idle_in_transaction_session_timeout": ms},
                 application_name=self.lease.session_name,
             )
+            self._clock_forward()
         else:
             self.lock = StateLock(d.resolved_state_dir())
             self.lock.acquire()
-            self.engine = open_db(url)
+            try:
+                self.engine = open_db(url)
+                self._clock_forward()
+            except BaseException:
+                self.lock.release()
+                raise
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
             self.record.claim(_version())
@@ -118,6 +145,13 @@ class Daemon:
         self._scheduler: BackgroundScheduler | None = None
         self.metrics = Metrics()
         self._last_pass = time.monotonic()
+
+    def _clock_forward(self) -> None:
+        """Time only moves forward: refuse to start (UserError, one line) when the clock is
+        far behind the latest reading the database recorded, and never read earlier than
+        it (or than any earlier reading of this process) after that."""
+        floor = check_clock(self.engine, self.clock.now(), self._speed())
+        self.clock = ForwardClock(self.clock, floor)
 
     def _install_handlers(self) -> None:
         if threading.current_thread() is not threading.main_thread():

@@ -28,6 +28,7 @@ from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.controllers.base import LIVE, CatalogHolder, Db, hours
 from scheduler.daemon.controllers.gang import nodes_of
 from scheduler.state.audit import emit
+from scheduler.state.installation import note_clock
 from scheduler.state.models import Attempt, AttemptInstance, BudgetSpend, Job, SpendBucket
 
 
@@ -69,24 +70,26 @@ class SpendController:
 
     # -- accrual -----------------------------------------------------------------------------
     def accrue(self) -> None:
-        """Charge attempts up to now (or their end), publish budgets, enforce hard ones."""
-        now = self.clock.now()
+        """Charge attempts up to now (or their end), publish budgets, enforce hard ones.
+        The time is read inside the write lock: a pass that held it may have written a
+        later time than one read while waiting."""
         with self.db.write() as s:
+            now = self.clock.now()
             self._accrue(s, now, self.catalog.catalog)
+            note_clock(s, now)
         with self.db.write() as s:
-            self.enforce(s, now)
+            self.enforce(s, self.clock.now())
 
     def reprice(self, new: Catalog, swap: Callable[[], None]) -> None:
         """New prices take effect now: charge everything up to now at the prices that were in
         effect, switch running attempts to the new ones and swap the catalog in the same
         write (no accrual can slip in between), then re-check budgets against the new burn
         at once (a price rise must not wait for the next accrual)."""
-        now = self.clock.now()
         with self.db.write() as s:
-            self._accrue(s, now, new)
+            self._accrue(s, self.clock.now(), new)
             swap()
         with self.db.write() as s:
-            self.enforce(s, now)
+            self.enforce(s, self.clock.now())
 
     def bill_to_end(self, s: Session, now: datetime, attempt_ids: Sequence[str]) -> None:
         """Bill these attempts, whose end (or a node's) was just written, up to that end in
@@ -131,7 +134,9 @@ class SpendController:
             # An attempt whose instance ended but whose outcome is not known yet (store unreadable)
             # carries ended_at already: billing stops there too.
             ended = a.ended_at is not None
-            end = a.ended_at if a.ended_at is not None else now
+            # A live attempt is never accrued backwards (a clock stepped back): it waits at
+            # what it was billed up to. Only a learned end refunds.
+            end = a.ended_at if a.ended_at is not None else max(now, start)
             price = a.billed_price or a.price_per_hour
             delta = 0.0
             if end != start:
@@ -177,7 +182,7 @@ class SpendController:
             if r.started_at is None:
                 continue
             start = r.accrued_until or r.started_at
-            end = r.ended_at or a.ended_at or now
+            end = r.ended_at or a.ended_at or max(now, start)
             if end == start:
                 continue
             incs = split_by_hour(start, end, price)
@@ -189,7 +194,7 @@ class SpendController:
             s.add(r)
             total += usd
         a.cost_usd = round(a.cost_usd + total, 9)
-        a.accrued_until = a.ended_at or now
+        a.accrued_until = a.ended_at or max(now, a.accrued_until or now)
         return total
 
     @staticmethod
