@@ -28,6 +28,9 @@ TAG_JOB = "spotwise-job"
 TAG_ATTEMPT = "spotwise-attempt"
 TAG_OWNER = "spotwise-owner"
 TAG_NODE = "spotwise-node"  # the node index inside a gang (0 for single-node jobs)
+# The database (deployment) that launched it: leak collection touches only its own, since
+# two deployments may share an owner in one account.
+TAG_INSTALL = "spotwise-install"
 
 
 class Market(StrEnum):

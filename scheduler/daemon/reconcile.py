@@ -30,6 +30,7 @@ from scheduler.daemon.controllers.prices import PriceController
 from scheduler.daemon.controllers.spend import SpendController
 from scheduler.daemon.controllers.stopping import StopController
 from scheduler.daemon.hooks_for_tests import CrashForTest, Steps
+from scheduler.state.installation import install_id
 from scheduler.state.models import Attempt
 
 __all__ = ["CatalogHolder", "Reconciler"]
@@ -55,6 +56,7 @@ class Reconciler:
         fence: Fence | None = None,
     ) -> None:
         self.engine = engine
+        self.install_id = install_id(engine)  # tags every resource; leaks are only these
         self.fence = fence  # the PostgreSQL lease: every write and cloud call is fenced
         self.db = Db(engine, fence)
         self.clock = clock
@@ -78,10 +80,12 @@ class Reconciler:
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
         )
         self.launches = LaunchController(
-            self.db, clock, clouds, self.stores, self.catalogs, cfg, self.steps
+            self.db, clock, clouds, self.stores, self.catalogs, cfg, self.steps, self.install_id
         )
         self.stops = StopController(self.db, clock, clouds, cfg)
-        self.leaks = LeakController(self.db, clock, clouds, cfg)
+        self.leaks = LeakController(
+            self.db, clock, clouds, cfg, self.install_id, self.spend.bill_leaked
+        )
 
     @staticmethod
     def _make_planner(config: Config) -> DeadlinePlanner:

@@ -27,6 +27,7 @@ def test_places_on_cheapest_and_succeeds(make_world):
         "spotwise-job": jid,
         "spotwise-attempt": a.id,
         "spotwise-owner": "spotwise",
+        "spotwise-install": w.rec.install_id,
         "spotwise-node": "0",
     }
     w.tick(3600)  # one hour of running at $0.9/h
@@ -178,11 +179,7 @@ def test_leaked_instance_terminated_after_grace(make_world):
 
     w = make_world(leak_grace="5m")
     o = w.provider.offerings()[0]
-    (leaked,) = w.provider.launch(
-        LaunchRequest(
-            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"}
-        )
-    )
+    (leaked,) = w.provider.launch(LaunchRequest("stray", o, ["x"], {}, _ours(w, "gone")))
     (foreign,) = w.provider.launch(
         LaunchRequest("other", o, ["x"], {}, {"spotwise-owner": "someone"})
     )
@@ -192,6 +189,18 @@ def test_leaked_instance_terminated_after_grace(make_world):
     assert w.provider.instances[leaked.id].end_reason is EndReason.TERMINATED
     assert w.provider.instances[foreign.id].state.value == "running"
     assert w.events("leak_terminated")
+
+
+def _ours(w, attempt: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    """The tags of a resource provably this database's: its install id and a job it knows
+    (a cancelled one here), with no live attempt owning it."""
+    jid = w.submit(name="gone", gpus="H100:16")  # never placed: no instance of its own
+    return {
+        "spotwise-owner": "spotwise",
+        "spotwise-attempt": attempt,
+        "spotwise-install": w.rec.install_id,
+        "spotwise-job": jid,
+    }
 
 
 @pytest.mark.parametrize("step", ["after_intent", "after_launch", "after_record"])
@@ -469,11 +478,7 @@ def test_the_leak_sweep_lists_the_clouds_once_a_minute_not_every_pass(make_world
 
     monkeypatch.setattr(w.provider, "list_tagged", counting)
     o = w.provider.offerings()[0]
-    (leaked,) = w.provider.launch(
-        LaunchRequest(
-            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "x"}
-        )
-    )
+    (leaked,) = w.provider.launch(LaunchRequest("stray", o, ["x"], {}, _ours(w, "x")))
     w.tick(n=12)  # one minute of 5 s passes
     assert len(calls) == 1
     w.tick()

@@ -269,6 +269,30 @@ class Clouds:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+class SaidOnce:
+    """What a controller last said about each thing that keeps failing (a provider's
+    listing or describe, an attempt's terminate): the event is written when the reason
+    changes, not every pass (thousands a day per failing provider otherwise); a success
+    forgets it, so the next failure is said again. In memory: a restarted daemon says each
+    once more, which is the point of a new process's log."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def first(self, key: str, message: str) -> bool:
+        """Whether `message` is new for `key` (and remember it)."""
+        with self._lock:
+            if self._last.get(key) == message:
+                return False
+            self._last[key] = message
+            return True
+
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._last.pop(key, None)
+
+
 def _monotonic() -> float:
     import time
 

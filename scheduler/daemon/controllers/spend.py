@@ -104,6 +104,25 @@ class SpendController:
             self._accrue(s, now, self.catalog.catalog, rows)
             self.enforce(s, now)
 
+    def bill_leaked(self, s: Session, attempt_id: str, start: datetime, end: datetime) -> float:
+        """An instance of this attempt that ran without the attempt recording it (a launch
+        that completed after its attempt had ended; a gang node a crash left unrecorded),
+        terminated as a leak: billed from its launch to its end at the attempt's price, into
+        the attempt's buckets and cost and its job's, so its budgets count it. Returns USD."""
+        a = s.get(Attempt, attempt_id)
+        job = s.get(Job, a.job_id) if a is not None else None
+        if a is None or job is None or end <= start:
+            return 0.0
+        incs = split_by_hour(start, end, a.billed_price or a.price_per_hour)
+        for inc in incs:
+            self._add_bucket(s, inc, a, job.name, job.team)
+        usd = sum(i.usd for i in incs)
+        a.cost_usd = round(a.cost_usd + usd, 9)
+        job.cost_usd = round(job.cost_usd + usd, 9)
+        s.add(a)
+        s.add(job)
+        return usd
+
     def _accrue(
         self,
         s: Session,

@@ -171,27 +171,20 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
         for m in unavailable
     )
 
-    # A tagged instance that belongs to no attempt is a leak: terminated after the grace.
-    leak = ec2_client(moto).run_instances(
-        ImageId="ami-0123456789abcdef0",
-        InstanceType="g5.xlarge",
-        MinCount=1,
-        MaxCount=1,
-        TagSpecifications=[
-            {
-                "ResourceType": "instance",
-                "Tags": [
-                    {"Key": "spotwise-owner", "Value": "spotwise"},
-                    {"Key": "spotwise-attempt", "Value": "ghost-a1"},
-                ],
-            }
-        ],
-    )["Instances"][0]["InstanceId"]
+    # An instance of ours (this database's install id, this job) that belongs to no live
+    # attempt is a leak: terminated after the grace. One with only the owner tag is not
+    # provably ours: reported, never terminated.
+    mine = {k: tags[k] for k in ("spotwise-owner", "spotwise-install", "spotwise-job")}
+    ours = _run_tagged(moto, {**mine, "spotwise-attempt": f"{job_id}-a9"})
+    bare = _run_tagged(moto, {"spotwise-owner": "spotwise", "spotwise-attempt": "ghost-a1"})
     tick(31)  # the next leak sweep (every grace / 4 = 30 s here) sees it: its grace starts
-    assert _state(moto, leak) == "running"  # within the grace period
+    assert _state(moto, ours) == "running"  # within the grace period
     tick(150)
-    assert _state(moto, leak) == "terminated"
+    assert _state(moto, ours) == "terminated"
+    assert _state(moto, bare) == "running"
     assert _state(moto, status(cfg)[job_id]["instance_id"]) == "running"
+    events = json.loads(cli(cfg, "events", "-o", "json"))["events"]
+    assert [e["kind"] for e in events].count("leak_not_ours") == 1
 
     # Cancel through the CLI: the instance is terminated and the job ends CANCELLED.
     second = status(cfg)[job_id]["instance_id"]
@@ -203,6 +196,52 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
     row = status(cfg)[job_id]
     assert row["state"] == "CANCELLED" and row["instance_id"] is None
     assert row["cost_usd"] >= 0
+
+
+def _run_tagged(moto: str, tags: dict[str, str]) -> str:
+    return ec2_client(moto).run_instances(
+        ImageId="ami-0123456789abcdef0",
+        InstanceType="g5.xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[
+            {"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}
+        ],
+    )["Instances"][0]["InstanceId"]
+
+
+def test_two_deployments_in_one_account_never_collect_each_others_instances(
+    moto, pricing, moto_prices, tmp_path
+):
+    """Staging and production: two daemons, two databases, one EC2 account (moto), the
+    same default owner. Neither terminates the other's instances, however long they run."""
+    from scheduler.core.clock import SimClock
+    from scheduler.daemon.process import Daemon
+
+    clock = SimClock(datetime.now(UTC))
+    daemons, jobs = [], []
+    for name in ("staging", "production"):
+        home = tmp_path / name
+        home.mkdir()
+        cfg = write_config(home, moto, pricing.url)
+        job_file = home / "job.toml"
+        job_file.write_text(f'name = "{name}"\ncommand = ["python", "t.py"]\ngpus = "A10G:1"\n')
+        daemon = Daemon(cfg, clock=clock)
+        daemon._run_task("poll_prices")
+        jobs.append(json.loads(cli(cfg, "submit", str(job_file), "-o", "json"))["id"])
+        daemons.append((daemon, cfg))
+    for _ in range(12):  # 6 minutes: three leak graces, a sweep every 30 s
+        clock.advance(30)
+        for daemon, _ in daemons:
+            daemon._run_task("reconcile")
+            daemon._run_task("accrue")
+    reservations = ec2_client(moto).describe_instances()["Reservations"]
+    states = [i["State"]["Name"] for r in reservations for i in r["Instances"]]
+    assert states == ["running", "running"]  # moto counts: both, untouched
+    for (_, cfg), job_id in zip(daemons, jobs, strict=True):
+        assert status(cfg)[job_id]["state"] == "RUNNING"
+        kinds = [e["kind"] for e in json.loads(cli(cfg, "events", "-o", "json"))["events"]]
+        assert "leak_terminated" not in kinds and kinds.count("leak_not_ours") == 1
 
 
 def _state(moto: str, iid: str) -> str:

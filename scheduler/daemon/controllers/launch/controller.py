@@ -86,6 +86,7 @@ class LaunchController:
         catalog: CatalogHolder,
         config: Callable[[], Config],
         steps: Steps,
+        install_id: str = "",
     ) -> None:
         self.db = db
         self.clock = clock
@@ -94,7 +95,7 @@ class LaunchController:
         self.catalog = catalog
         self._config = config
         self.step = steps
-        self.requests = LaunchRequests(stores, catalog, config)
+        self.requests = LaunchRequests(stores, catalog, config, install_id)
         self.records = LaunchRecords(db, clock, config)
         self.adoption = Adoption(db, clock, clouds, config, self.records)
 

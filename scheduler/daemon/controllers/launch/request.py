@@ -1,9 +1,10 @@
 """What a launch asks the cloud for: the offering, the command, the environment, the tags.
 
 One request per attempt, with the attempt's deterministic token, the tags every cloud
-stores (`spotwise-job`, `spotwise-attempt`, `spotwise-owner`, the node for a single
-instance), the trainer's contract variables (job, attempt, checkpoint URI, cloud, nodes,
-a gang's rendezvous id) and the checkpoint store's endpoint. The requests of one launch
+stores (`spotwise-job`, `spotwise-attempt`, `spotwise-owner`, `spotwise-install` (this
+database's install id), the node for a single instance), the trainer's contract
+variables (job, attempt, checkpoint URI, cloud, nodes, a gang's rendezvous id) and the
+checkpoint store's endpoint. The requests of one launch
 pass share a memo: thousands of jobs are often submitted from one spec, into a few pools.
 """
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from providers.base import (
     TAG_ATTEMPT,
+    TAG_INSTALL,
     TAG_JOB,
     TAG_NODE,
     TAG_OWNER,
@@ -59,11 +61,16 @@ class RequestMemo:
 
 class LaunchRequests:
     def __init__(
-        self, stores: CheckpointStores, catalog: CatalogHolder, config: Callable[[], Config]
+        self,
+        stores: CheckpointStores,
+        catalog: CatalogHolder,
+        config: Callable[[], Config],
+        install_id: str = "",
     ) -> None:
         self.stores = stores
         self.catalog = catalog
         self._config = config
+        self.install_id = install_id  # the database's (state.installation)
 
     def build(
         self, job: JobView | Job, a: Any, provider: Provider, memo: RequestMemo | None = None
@@ -106,6 +113,8 @@ class LaunchRequests:
             TAG_ATTEMPT: caps.label(a.id),
             TAG_OWNER: memo.owner_label(caps, self._config().daemon.owner),
         }
+        if self.install_id:
+            tags[TAG_INSTALL] = caps.label(self.install_id)
         group = None
         if a.nodes > 1:
             # Every node: the gang's size and one rendezvous id; the provider adds each
