@@ -248,7 +248,7 @@ class _Proof:
         return cls(jobs, attempts)
 
     def not_ours(self, res: TaggedResource, caps: Capabilities, install_id: str) -> str:
-        """"" when the resource is provably this database's, else why not (in words)."""
+        """ "" when the resource is provably this database's, else why not (in words)."""
         tags = res.tags
         job = tags.get(TAG_JOB, "")
         install = tags.get(TAG_INSTALL)
