@@ -60,19 +60,32 @@ def check_config(
 
 @db_app.command("upgrade")
 def db_upgrade(config: ConfigOpt = None) -> None:
-    """Bring the database schema to this version (the daemon also does it on start)."""
+    """Bring the database schema to this version (the daemon also does it on start), and
+    list the unfinished jobs whose stored spec no longer validates."""
     from scheduler.state.db import make_engine, redact_url, upgrade
     from scheduler.state.files import load_config
 
     cfg = load_config(config)
     url = cfg.daemon.resolved_database_url()
     remember_database_urls()
-    before, after = upgrade(make_engine(url, create_dir=True))
+    engine = make_engine(url, create_dir=True)
+    before, after = upgrade(engine)
     where = redact_url(url)
     if before == after:
         print_out(f"{where}: schema already at {after}")
     else:
         print_out(f"{where}: schema {before or 'empty'} -> {after}")
+    from scheduler.state.stored_specs import invalid_specs
+
+    bad = invalid_specs(engine)
+    if bad:
+        print_out(
+            f"{len(bad)} unfinished job(s) whose stored spec no longer validates (the daemon "
+            "fails each when it would be placed; one running now runs on):",
+            soft_wrap=True,
+        )
+        for x in bad:
+            print_out(f"  {x.line()}", soft_wrap=True)
 
 
 @service_app.command("install")

@@ -329,6 +329,25 @@ class JobSpec(BaseModel):
             )
 
 
+class StoredSpecInvalid(ValueError):
+    """A job's stored spec that today's validation refuses (written by an older spotwise, or
+    naming a GPU, region or cloud the registry no longer knows): the message is one line."""
+
+
+def load_stored(spec_json: str) -> JobSpec:
+    """The JobSpec a job was submitted with, as stored; StoredSpecInvalid (one line, with
+    every problem) when it no longer validates."""
+    try:
+        return JobSpec.model_validate_json(spec_json)
+    except ValidationError as e:
+        problems = format_validation_error(e, "stored spec").splitlines()
+        what = "; ".join(p.removeprefix("stored spec: ") for p in problems)
+        raise StoredSpecInvalid(
+            f"its stored job spec no longer validates ({clean(what, 300)}); "
+            "submit the job file again"
+        ) from None
+
+
 def jobspec_from_dict(
     data: dict[str, Any], source: str = "<job>", lines: dict[str, int] | None = None
 ) -> JobSpec:

@@ -44,6 +44,7 @@ from scheduler.state.files import find_config, load_config
 from scheduler.state.installation import check_clock
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
+from scheduler.state.stored_specs import invalid_specs
 
 log = logging.getLogger("spotwise.daemon")
 
@@ -142,6 +143,8 @@ class Daemon:
         self.reconciler = Reconciler(
             self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
         )
+        for bad in invalid_specs(self.engine):
+            log.warning("stored spec no longer validates: %s", bad.line())
         self._scheduler: BackgroundScheduler | None = None
         self.metrics = Metrics()
         self._last_pass = time.monotonic()

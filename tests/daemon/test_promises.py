@@ -24,7 +24,7 @@ from scheduler.daemon.controllers.base import hours
 from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.desired import cancel
-from scheduler.state.models import Attempt, Event, Job, SpendBucket
+from scheduler.state.models import Attempt, Event, SpendBucket
 from tests.support.fakes import offering
 from trainer import contract
 
@@ -108,13 +108,17 @@ def _deny_store_reads(monkeypatch):
     return real
 
 
-def _corrupt_spec(w, job_id: str) -> None:
-    """A job whose stored spec no longer parses: every step of it fails."""
-    with Session(w.rec.engine) as s:
-        j = s.get(Job, job_id)
-        j.spec_json = "{not json"
-        s.add(j)
-        s.commit()
+def _failing_steps(w, job_id: str, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A job whose every reconcile step fails (an adapter bug, a row it cannot write). A
+    stored spec that no longer parses is not one: tests/daemon/test_stored_specs.py."""
+    real = w.rec.jobs._step_job
+
+    def step(job, *args, **kw):  # type: ignore[no-untyped-def]
+        if job.id == job_id:
+            raise RuntimeError("injected: this job's step fails")
+        return real(job, *args, **kw)
+
+    monkeypatch.setattr(w.rec.jobs, "_step_job", step)
 
 
 def test_an_unreadable_store_is_never_read_as_absent(make_world, monkeypatch):
@@ -231,11 +235,11 @@ def test_rejections_back_off_per_job(make_world):
     assert len(w.attempts(jid)) == tried + 1
 
 
-def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_world):
+def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_world, monkeypatch):
     w = make_world(quarantine_after=4, backoff_base="1s", backoff_max="1s")
     bad = w.submit(name="bad", gpus="V100:1")
     good = w.submit(name="good", gpus="V100:1")
-    _corrupt_spec(w, bad)
+    _failing_steps(w, bad, monkeypatch)
     for _ in range(6):
         w.tick(5)
     assert w.job(good).state is JobState.RUNNING
@@ -245,13 +249,13 @@ def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_
     assert len(w.events("quarantined")) == 1
 
 
-def test_a_running_job_quarantined_stays_failed_and_its_attempt_says_why(make_world):
+def test_a_running_job_quarantined_stays_failed_and_its_attempt_says_why(make_world, monkeypatch):
     """Its instance is stopped, and the stop is not mistaken for a user's cancel."""
     w = make_world(quarantine_after=3, backoff_base="1s", backoff_max="1s", stop_grace="5s")
     bad = w.submit(name="bad", gpus="V100:1")
     w.tick()
     assert w.job(bad).state is JobState.RUNNING
-    _corrupt_spec(w, bad)
+    _failing_steps(w, bad, monkeypatch)
     for _ in range(12):
         w.tick(5)
     job = w.job(bad)

@@ -241,7 +241,8 @@ def test_one_bad_job_does_not_stop_others(make_world, monkeypatch):
         s.commit()
     w.tick()
     assert w.job(good).state is JobState.RUNNING
-    assert w.events("step_failed")
+    job = w.job(bad)
+    assert job.state is JobState.FAILED and "Invalid JSON" in job.reason
 
 
 def test_fatal_launch_error_moves_to_next_offering(make_world):

@@ -145,6 +145,10 @@ class JobController:
             fresh = self._reread(job.id)
         if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
             return
+        problem = facts.spec_problem(fresh.spec_json)
+        if problem is not None:  # it can never be placed: said now, not after quarantine
+            self._finish(fresh.id, JobState.FAILED, problem, now, kind="spec_invalid")
+            return
         if not self.placing or (fresh.not_before is not None and fresh.not_before > now):
             return
         self.placement.place(fresh, facts, now, writes)
@@ -153,14 +157,17 @@ class JobController:
         with self.db.read() as s:
             return s.get(Job, job_id)
 
-    def _finish(self, job_id: str, state: JobState, reason: str, now: datetime) -> None:
+    def _finish(
+        self, job_id: str, state: JobState, reason: str, now: datetime, kind: str | None = None
+    ) -> None:
         with self.db.write() as s:
             job = s.get(Job, job_id)
             if job is None or job.state.terminal:
                 return
             job.state, job.reason, job.updated_at = state, reason, now
             s.add(job)
-            emit(s, now, state.value.lower(), reason, job_id=job.id)
+            level = "warning" if state is JobState.FAILED else "info"
+            emit(s, now, kind or state.value.lower(), reason, job_id=job.id, level=level)
 
     def _step_failed(self, job_id: str, e: Exception) -> None:
         now = self.clock.now()

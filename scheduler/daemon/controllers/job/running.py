@@ -56,11 +56,25 @@ class RunningJobs:
     ) -> LiveUpdate | None:
         """What the pass writes for a job with a live attempt, None when nothing changes."""
         progress = None
+        problem = facts.spec_problem(job.spec_json)
         if a.state is AttemptState.RUNNING:
             try:
                 progress = reads.progress(job.id)
             except StoreError:
                 progress = None  # the observe step reports unreadable stores
+        if problem is not None:
+            # Its stored spec no longer validates: it runs on where it is (never stopped
+            # for that), moved by nothing; said once, in its reason.
+            step, total = progress_numbers(progress)
+            if (
+                job.reason == held_reason(problem)
+                and not job.cancel_requested
+                and not job.step_failures
+                and (step is None or step == job.progress_step)
+                and (total is None or total == job.total_steps)
+            ):
+                return None
+            return LiveUpdate(job.id, a.id, progress, now)
         if self._unchanged(job, a, progress, facts, now):
             return None  # the common case in a steady pass: nothing to write
         return LiveUpdate(job.id, a.id, progress, now)
@@ -123,6 +137,8 @@ class RunningJobs:
                 job_id=job_w.id,
                 attempt_id=a_w.id,
             )
+        elif a_w.stop_requested_at is None and (problem := facts.spec_problem(job_w.spec_json)):
+            self._hold(s, job_w, a_w, problem, now)
         elif a_w.stop_requested_at is None:
             if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
                 job_w.state = JobState.RUNNING
@@ -138,6 +154,17 @@ class RunningJobs:
                 if a_w.stop_requested_at is None and follows_prices(spec, a_w):
                     self._follow_prices(s, job_w, a_w, spec, facts, now)
         s.add(job_w)
+
+    @staticmethod
+    def _hold(s: Session, job: Job, a: Attempt, problem: str, now: datetime) -> None:
+        """A job whose stored spec no longer validates keeps its instance: no move, no
+        stop; its reason says why (the event once)."""
+        if a.state is AttemptState.RUNNING and job.state is not JobState.RUNNING:
+            job.state = JobState.RUNNING
+        reason = held_reason(problem)
+        if job.reason != reason:
+            job.reason, job.updated_at = reason, now
+            emit(s, now, "spec_invalid", reason, job_id=job.id, attempt_id=a.id, level="warning")
 
     def _follow_deadline_policy(
         self, s: Session, job: Job, a: Attempt, facts: PassFacts, now: datetime
@@ -246,6 +273,11 @@ class RunningJobs:
             job_id=job.id,
             attempt_id=a.id,
         )
+
+
+def held_reason(problem: str) -> str:
+    """A running job's reason while its stored spec no longer validates."""
+    return f"running on where it is, moved by nothing: {problem}"
 
 
 def follows_prices(spec: JobSpec, a: Attempt) -> bool:

@@ -20,7 +20,7 @@ from providers.base import Market
 from scheduler.core import budget as budgets
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.jobspec import JobSpec, StoredSpecInvalid, load_stored
 from scheduler.core.placement import (
     Candidates,
     Decision,
@@ -63,17 +63,32 @@ class PassFacts:
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
     memo: Candidates | None = None
     _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
-    _specs: dict[str, JobSpec] = field(default_factory=dict)
+    _specs: dict[str, JobSpec | StoredSpecInvalid] = field(default_factory=dict)
     _pool_rows: dict[str, np.ndarray] = field(default_factory=dict)
     _alternatives: dict[tuple[object, ...], tuple[Decision, Decision]] = field(default_factory=dict)
 
     def spec(self, spec_json: str) -> JobSpec:
         """The parsed spec, once per distinct JSON in a pass (jobs are often submitted many
-        from one spec); treated as read-only."""
+        from one spec); treated as read-only. StoredSpecInvalid when it no longer
+        validates (`spec_problem` asks first)."""
         spec = self._specs.get(spec_json)
         if spec is None:
-            spec = self._specs[spec_json] = JobSpec.model_validate_json(spec_json)
+            try:
+                spec = load_stored(spec_json)
+            except StoredSpecInvalid as e:
+                spec = e
+            self._specs[spec_json] = spec
+        if isinstance(spec, StoredSpecInvalid):
+            raise spec
         return spec
+
+    def spec_problem(self, spec_json: str) -> str | None:
+        """Why a job's stored spec no longer validates (one line), None when it does."""
+        try:
+            self.spec(spec_json)
+        except StoredSpecInvalid as e:
+            return str(e)
+        return None
 
     def requirements(self, spec: JobSpec) -> Requirements:
         key = Requirements.key_of(spec)

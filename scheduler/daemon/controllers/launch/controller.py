@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from providers.base import LaunchRequest, Provider
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
+from scheduler.core.jobspec import StoredSpecInvalid
 from scheduler.core.states import AttemptEnd, AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import (
@@ -157,9 +158,19 @@ class LaunchController:
                 out.append(LaunchOutcome(a.id, launched=False))
                 continue
             ready.append((a, job, provider))
+        # Each request is built before any transaction: a job whose stored spec no longer
+        # validates fails its own attempt, with the reason, and holds up no other launch.
+        built: dict[str, LaunchRequest] = {}
+        memo = RequestMemo()
+        for a, job, provider in ready:
+            try:
+                built[a.id] = self.requests.build(job, a, provider, memo)
+            except StoredSpecInvalid as e:
+                failed.append((a.id, AttemptEnd.REJECTED, str(e)))
+                out.append(LaunchOutcome(a.id, launched=False))
+        ready = [x for x in ready if x[0].id in built]
         claim_errors = claim_stores(self.stores, ready)
         requests: dict[str, tuple[str, LaunchRequest]] = {}
-        memo = RequestMemo()
         with self.db.write() as s:
             # In the session at once (and held: its identity map is weak), so each s.get below
             # is a lookup, not a query and an autoflush.
@@ -169,7 +180,7 @@ class LaunchController:
             )
             for attempt_id, end, why in failed:
                 self.records.fail_in(s, attempt_id, end, why, now)
-            for a, job, provider in ready:
+            for a, job, _provider in ready:
                 err = claim_errors.get(a.id)
                 if err is not None:
                     msg = f"cannot claim the checkpoint store: {err}"
@@ -197,7 +208,7 @@ class LaunchController:
                 if a.id not in stamped:  # ended or asked to stop since the read
                     out.append(LaunchOutcome(a.id, launched=False))
                     continue
-                requests[a.id] = (a.provider, self.requests.build(job, a, provider, memo))
+                requests[a.id] = (a.provider, built[a.id])
             del held
         if not requests:
             return out

@@ -27,7 +27,7 @@ from providers.base import (
     Provider,
 )
 from scheduler.core.config import Config
-from scheduler.core.jobspec import JobSpec
+from scheduler.core.jobspec import JobSpec, load_stored
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder
 from scheduler.state.models import Job
@@ -75,11 +75,12 @@ class LaunchRequests:
     def build(
         self, job: JobView | Job, a: Any, provider: Provider, memo: RequestMemo | None = None
     ) -> LaunchRequest:
-        """The launch request for attempt `a` (an Attempt or a row of its columns)."""
+        """The launch request for attempt `a` (an Attempt or a row of its columns);
+        StoredSpecInvalid when the job's stored spec no longer validates."""
         memo = RequestMemo() if memo is None else memo
         spec = memo.specs.get(job.spec_json)
         if spec is None:
-            spec = memo.specs[job.spec_json] = JobSpec.model_validate_json(job.spec_json)
+            spec = memo.specs[job.spec_json] = load_stored(job.spec_json)
         if a.pool not in memo.offers:
             memo.offers[a.pool] = self.catalog.catalog.offering_for_pool(a.pool)
         o = memo.offers[a.pool] or Offering(
