@@ -21,7 +21,15 @@ from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.states import AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
-from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
+from scheduler.daemon.controllers.base import (
+    CatalogHolder,
+    Clouds,
+    Db,
+    Fence,
+    FencedStores,
+    Observations,
+    hours,
+)
 from scheduler.daemon.controllers.instances import InstanceController
 from scheduler.daemon.controllers.job.controller import JobController
 from scheduler.daemon.controllers.launch.controller import LaunchController
@@ -71,10 +79,12 @@ class Reconciler:
             (lambda: self._clouds),
             (lambda: self._planner),
         )
-        self.spend = SpendController(self.db, clock, self.catalogs, cfg)
+        # When each provider last described its instances: spend accrues up to there.
+        self.observations = Observations()
+        self.spend = SpendController(self.db, clock, self.catalogs, cfg, self.observations)
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
         self.instances = InstanceController(
-            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end
+            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end, self.observations
         )
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg

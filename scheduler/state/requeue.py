@@ -35,6 +35,7 @@ def release(engine: Engine, ref: str, now: datetime) -> Job:
             )
         job.state, job.reason, job.updated_at = _runnable_state(job), "released by user", now
         job.held_budget = job.held_window_start = job.held_limit_usd = None
+        job.held_spent_usd = None
         s.add(job)
         emit(s, now, "released", "released by user", job_id=job.id)
         s.commit()

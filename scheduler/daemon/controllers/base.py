@@ -17,10 +17,10 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.engine import Engine
-from sqlmodel import Session
+from sqlmodel import Session, select
 
 from providers.base import (
     Instance,
@@ -173,7 +173,15 @@ class CatalogHolder:
 
 
 class CallTimeout(TransientError):
-    """A cloud call passed its deadline; its result (if it ever comes) is not used."""
+    """A cloud call passed its deadline. `sent` is False when it never left the provider's
+    queue (cancelled unsent: the cloud was never asked); otherwise it is still in flight
+    and `future` will hold its late result (the launch records it: a launch that completes
+    after its deadline must not leave an instance billed to nothing)."""
+
+    def __init__(self, message: str, future: Future[Any] | None = None, sent: bool = True):
+        super().__init__(message)
+        self.future = future
+        self.sent = sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,10 +249,12 @@ class Clouds:
             try:
                 out[key] = Result(value=fut.result(timeout=left))
             except FutureTimeout:
-                fut.cancel()  # still queued behind hung calls: never run it late
-                out[key] = Result(
-                    error=CallTimeout(f"{calls[key][0]}: no answer in {self.timeout:g}s")
-                )
+                if fut.cancel():  # still queued behind hung calls: never run it late
+                    msg = f"{calls[key][0]}: not sent in {self.timeout:g}s (its calls were busy)"
+                    out[key] = Result(error=CallTimeout(msg, fut, sent=False))
+                else:
+                    msg = f"{calls[key][0]}: no answer in {self.timeout:g}s"
+                    out[key] = Result(error=CallTimeout(msg, fut, sent=True))
             except ProviderError as e:
                 out[key] = Result(error=e)
             except Exception as e:  # an adapter bug must not take the daemon down
@@ -267,6 +277,59 @@ class Clouds:
     def shutdown(self) -> None:
         for pool in self._pools.values():
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+# A provider that failed to describe its instances this many passes in a row is no longer
+# waited for: its attempts accrue up to now again, so a hard budget holds while a cloud's
+# API is down (and a refund follows if they had ended).
+UNSEEN_PASSES = 3
+
+
+class Observations:
+    """When each provider last described its live instances: spend accrues a live attempt
+    up to there, never past what anyone saw. Time nobody observed (the daemon down, one
+    cloud's API failing) is billed once it is seen running, or up to the end the cloud
+    reports: a restarted daemon never bills, stops or holds on spend that did not happen.
+    The last observation is in the database (ProviderState), so it survives the restart it
+    is for; failures in a row are counted in memory (a new daemon waits for its own)."""
+
+    def __init__(self) -> None:
+        self._failing: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def failed(self, provider: str) -> None:
+        with self._lock:
+            self._failing[provider] = self._failing.get(provider, 0) + 1
+
+    def record(self, s: Session, providers: list[str], at: datetime) -> None:
+        """These providers described every live instance they hold as of `at`."""
+        from scheduler.state.models import ProviderState
+
+        with self._lock:
+            for name in providers:
+                self._failing.pop(name, None)
+        for name in providers:
+            row = s.get(ProviderState, name) or ProviderState(name=name)
+            if row.observed_at is None or row.observed_at < at:
+                row.observed_at = at
+                s.add(row)
+
+    def until(self, s: Session, now: datetime, lag: timedelta) -> dict[str, datetime]:
+        """provider -> how far its live attempts may be accrued: now, when it was observed
+        within `lag` (a pass's usual delay) or has failed UNSEEN_PASSES times in a row;
+        else its last observation. A provider no daemon has described yet is absent (its
+        attempts accrue up to now, as before this record existed)."""
+        from scheduler.state.models import ProviderState
+
+        out: dict[str, datetime] = {}
+        for r in s.exec(select(ProviderState)).all():
+            if r.observed_at is not None:
+                out[r.name] = now if now - r.observed_at <= lag else r.observed_at
+        with self._lock:
+            for name, n in self._failing.items():
+                if n >= UNSEEN_PASSES:
+                    out[name] = now
+        return out
 
 
 class SaidOnce:

@@ -43,6 +43,8 @@ from scheduler.daemon.controllers.base import (
     WRITE_BATCH,
     Clouds,
     Db,
+    Observations,
+    SaidOnce,
     describing,
     hours,
     job_running,
@@ -74,6 +76,7 @@ class _Live:
     since: datetime  # when the launch was asked for (visibility grace counts from here)
     checkpoint_uri: str
     stop_reason: str | None
+    stop_requested_at: datetime | None
     # What the database already says (so a pass writes only what changed)
     launching: bool = False
     started: bool = False
@@ -89,8 +92,11 @@ class InstanceController:
         stores: CheckpointStores,
         config: Callable[[], Config],
         bill_to_end: Callable[[Session, datetime, list[str]], None],
+        observations: Observations | None = None,
     ) -> None:
         self._config = config
+        self.observations = observations or Observations()
+        self.said = SaidOnce()  # describe_failed, once per reason and provider
         self.db = db
         self.clock = clock
         self._clouds = clouds
@@ -120,6 +126,7 @@ class InstanceController:
                 a.launch_requested_at or a.created_at,
                 uri,
                 a.stop_reason,
+                a.stop_requested_at,
                 a.state is AttemptState.LAUNCHING,
                 a.started_at is not None,
                 a.notice_at is not None,
@@ -139,6 +146,7 @@ class InstanceController:
                     refs.setdefault(a.provider, []).append(
                         ResourceRef(n.instance_id, n.region, n.zone, n.instance_scope, n.started_at)
                     )
+        asked = self.clock.now()
         results = clouds.gather(
             {
                 name: (name, describing(rs))
@@ -148,10 +156,16 @@ class InstanceController:
         )
         now = self.clock.now()
         failed = {n: r.error for n, r in results.items() if r.error is not None}
-        if failed:
+        said = []
+        for name, err in failed.items():
+            self.observations.failed(name)
+            msg = f"{name}: {safe_message(err)}"
+            if self.said.first(name, msg):
+                said.append(msg)
+        if said:
             with self.db.write() as s:
-                for name, err in failed.items():
-                    emit(s, now, "describe_failed", f"{name}: {safe_message(err)}", level="warning")
+                for msg in said:
+                    emit(s, now, "describe_failed", msg, level="warning")
         todo: list[tuple[_Live, Instance]] = []
         for name, xs in by_provider.items():
             r = results.get(name)
@@ -184,6 +198,12 @@ class InstanceController:
                     continue
                 views[row.node] = inst
             self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
+        answered = [n for n, r in results.items() if r.error is None]
+        for name in answered:
+            self.said.forget(name)
+        if answered:
+            with self.db.write() as s:  # spend accrues up to here (Observations)
+                self.observations.record(s, answered, asked)
 
     def _apply_gang(
         self,
@@ -340,7 +360,13 @@ class InstanceController:
             )
             for r in rows
         ]
-        end = classify_gang(facts, a.stop_reason)
+        # An end the cloud reported from before our stop was not our stop's doing.
+        ours = a.stop_reason
+        if a.stop_requested_at is not None and all(
+            r.ended_at is not None and r.ended_at < a.stop_requested_at for r in rows
+        ):
+            ours = None
+        end = classify_gang(facts, ours)
         a.state = AttemptState.ENDED
         a.ended_at = max((r.ended_at for r in rows if r.ended_at is not None), default=now)
         if a.started_at is not None and a.ended_at < a.started_at:
@@ -481,7 +507,9 @@ class InstanceController:
             code = self.stores.exit_code(x.checkpoint_uri, x.number)
         reason = inst.end_reason if inst.state is InstanceState.ENDED else EndReason.UNKNOWN
         failure = inst.failure.kind if inst.failure is not None else None
-        return Ended(reason, code, done, x.stop_reason, failure)
+        return Ended(
+            reason, code, done, our_stop(x.stop_reason, x.stop_requested_at, inst), failure
+        )
 
     def _running(self, s, a: Attempt, inst: Instance, now: datetime, known=None) -> None:  # type: ignore[no-untyped-def]
         if inst.state is InstanceState.RUNNING and a.started_at is None:
@@ -576,6 +604,17 @@ class InstanceController:
             ps.interruptions += 1
             ps.last_interrupted_at = a.ended_at
         s.add(ps)
+
+
+def our_stop(reason: str | None, asked_at: datetime | None, inst: Instance) -> str | None:
+    """Why we stopped the attempt, if its instance ended because we did: one the cloud had
+    already taken back (or that exited) before we asked keeps the cloud's end reason (an
+    outage's late budget stop must not turn an interruption into a `budget` end)."""
+    if reason is None or asked_at is None:
+        return reason
+    if inst.state is InstanceState.ENDED and inst.ended_at is not None and inst.ended_at < asked_at:
+        return None
+    return reason
 
 
 def _reason(value: str | None) -> EndReason:

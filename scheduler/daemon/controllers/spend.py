@@ -18,14 +18,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
-from sqlmodel import Session, col, func, select
+from sqlmodel import Session, col, select
 
 from scheduler.core import budget as budgets
 from scheduler.core.catalog import Catalog
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.states import AttemptState, JobState
-from scheduler.daemon.controllers.base import LIVE, CatalogHolder, Db, hours
+from scheduler.daemon.controllers import budget_totals as totals
+from scheduler.daemon.controllers.base import LIVE, CatalogHolder, Db, Observations, hours
+from scheduler.daemon.controllers.budget_totals import Ledger
 from scheduler.daemon.controllers.gang import nodes_of
 from scheduler.state.audit import emit
 from scheduler.state.installation import note_clock
@@ -56,12 +58,30 @@ def split_by_hour(start: datetime, end: datetime, price: float) -> list[Incremen
 
 class SpendController:
     def __init__(
-        self, db: Db, clock: Clock, catalog: CatalogHolder, config: Callable[[], Config]
+        self,
+        db: Db,
+        clock: Clock,
+        catalog: CatalogHolder,
+        config: Callable[[], Config],
+        observations: Observations | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
         self.catalog = catalog
         self._config = config
+        # When each provider last described its instances: live attempts accrue up to there.
+        self.observations = observations or Observations()
+
+    def _lag(self) -> timedelta:
+        """How old a provider's last observation may be and still count as current: two
+        passes plus one call's deadline (real seconds, on the daemon's clock)."""
+        d = self._config().daemon
+        speed = float(getattr(self.clock, "speedup", 1.0) or 1.0)
+        return 2 * max(d.reconcile_interval, timedelta(seconds=speed)) + d.call_timeout * speed
+
+    def seen_until(self, s: Session, now: datetime) -> dict[str, datetime]:
+        """provider -> how far its live attempts accrue (Observations.until)."""
+        return self.observations.until(s, now, self._lag())
 
     def hold_hours(self) -> float:
         """Least time a launched attempt is surely paid for: one accrual plus the stop grace."""
@@ -113,14 +133,16 @@ class SpendController:
         job = s.get(Job, a.job_id) if a is not None else None
         if a is None or job is None or end <= start:
             return 0.0
+        ledger = Ledger()
         incs = split_by_hour(start, end, a.billed_price or a.price_per_hour)
         for inc in incs:
-            self._add_bucket(s, inc, a, job.name, job.team)
+            self._add_bucket(s, inc, a, job.name, job.team, ledger)
         usd = sum(i.usd for i in incs)
         a.cost_usd = round(a.cost_usd + usd, 9)
         job.cost_usd = round(job.cost_usd + usd, 9)
         s.add(a)
         s.add(job)
+        totals.apply(s, self._config().budget_rules(), ledger, end)
         return usd
 
     def _accrue(
@@ -137,10 +159,17 @@ class SpendController:
         job_delta: dict[str, float] = {}
         buckets = _buckets_since(s, rows)
         nodes = nodes_of(s, [a.id for a, _, _ in rows]) if rows else {}
+        seen = self.seen_until(s, now) if rows else {}
+        ledger = Ledger()
         for a, job_name, team in rows:
             assert a.started_at is not None
+            # A live attempt accrues up to its provider's last observation (now, in a
+            # daemon that watches it): never for time nobody saw it run.
+            upto = seen.get(a.provider)
             if a.nodes > 1:
-                delta = self._accrue_gang(s, a, nodes.get(a.id, []), now, job_name, team)
+                delta = self._accrue_gang(
+                    s, a, nodes.get(a.id, []), now, upto, job_name, team, ledger
+                )
                 if not a.ended_at:
                     offer = prices.offering_for_pool(a.pool)
                     if offer is not None:
@@ -155,13 +184,13 @@ class SpendController:
             ended = a.ended_at is not None
             # A live attempt is never accrued backwards (a clock stepped back): it waits at
             # what it was billed up to. Only a learned end refunds.
-            end = a.ended_at if a.ended_at is not None else max(now, start)
+            end = a.ended_at if a.ended_at is not None else live_end(start, now, upto)
             price = a.billed_price or a.price_per_hour
             delta = 0.0
             if end != start:
                 incs = split_by_hour(start, end, price)
                 for inc in incs:
-                    self._add_bucket(s, inc, a, job_name, team, buckets)
+                    self._add_bucket(s, inc, a, job_name, team, ledger, buckets)
                 delta = sum(i.usd for i in incs)
                 a.cost_usd = round(a.cost_usd + delta, 9)
                 a.accrued_until = end
@@ -184,6 +213,7 @@ class SpendController:
                 .values(cost_usd=jobs.c.cost_usd + sa.bindparam("delta")),
                 [{"job": job_id, "delta": delta} for job_id, delta in job_delta.items()],
             )
+        totals.apply(s, self._config().budget_rules(), ledger, now)
 
     def _accrue_gang(
         self,
@@ -191,29 +221,33 @@ class SpendController:
         a: Attempt,
         rows: list[AttemptInstance],
         now: datetime,
+        upto: datetime | None,
         job_name: str,
         team: str,
+        ledger: Ledger,
     ) -> float:
-        """Each node from its own launch (or last accrual) to its own end (or now)."""
+        """Each node from its own launch (or last accrual) to its own end (or up to its
+        provider's last observation)."""
         price = a.billed_price or a.price_per_hour
         total = 0.0
         for r in rows:
             if r.started_at is None:
                 continue
             start = r.accrued_until or r.started_at
-            end = r.ended_at or a.ended_at or max(now, start)
+            end = r.ended_at or a.ended_at or live_end(start, now, upto)
             if end == start:
                 continue
             incs = split_by_hour(start, end, price)
             for inc in incs:
-                self._add_bucket(s, inc, a, job_name, team)
+                self._add_bucket(s, inc, a, job_name, team, ledger)
             usd = sum(i.usd for i in incs)
             r.cost_usd = round(r.cost_usd + usd, 9)
             r.accrued_until = end
             s.add(r)
             total += usd
         a.cost_usd = round(a.cost_usd + total, 9)
-        a.accrued_until = a.ended_at or max(now, a.accrued_until or now)
+        done = [r.accrued_until for r in rows if r.accrued_until is not None]
+        a.accrued_until = a.ended_at or max(done, default=a.accrued_until or a.started_at)
         return total
 
     @staticmethod
@@ -223,10 +257,13 @@ class SpendController:
         a: Attempt,
         job_name: str,
         team: str,
+        ledger: Ledger,
         buckets: dict[tuple[datetime, str], SpendBucket] | None = None,
     ) -> None:
-        """Add to the attempt's bucket for that hour. `buckets` (from `_buckets_since`) saves
-        a query, and the autoflush before it, per bucket."""
+        """Add to the attempt's bucket for that hour, and to the transaction's `ledger` (the
+        budgets' running totals add it). `buckets` (from `_buckets_since`) saves a query,
+        and the autoflush before it, per bucket."""
+        ledger.add(job_name, team, inc.hour, inc.usd)
         if buckets is None:
             row = s.exec(
                 select(SpendBucket).where(
@@ -251,50 +288,32 @@ class SpendController:
 
     # -- budgets -----------------------------------------------------------------------------
     def statuses(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
-        """Each configured budget's spend in its window and the burn it covers: aggregates."""
-        out = []
-        for rule in self._config().budget_rules():
-            q = select(func.coalesce(func.sum(SpendBucket.usd), 0.0))
-            start = budgets.window_start(rule.window, now)
-            if start is not None:
-                q = q.where(SpendBucket.hour >= start)
-            burn = select(
-                func.coalesce(
-                    func.sum(
-                        func.coalesce(Attempt.billed_price, Attempt.price_per_hour) * Attempt.nodes
-                    ),
-                    0.0,
-                )
-            ).where(Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE))
-            kind, _, value = rule.scope.partition(":")
-            if kind == "team":
-                q = q.where(SpendBucket.team == value)
-                burn = burn.where(Job.team == value)
-            elif kind == "job":
-                q = q.where(SpendBucket.job_name == value)
-                burn = burn.where(Job.name == value)
-            spent = float(s.exec(q).one())
-            # Spend since the last accrual is not in the buckets yet: add it, so a launch
-            # decision between two accruals sees everything paid so far.
-            pending = self._unaccrued(s, rule, now)
-            out.append(
-                budgets.BudgetStatus(rule, max(0.0, spent + pending), float(s.exec(burn).one()))
+        """Each configured budget's spend in its window and the burn it covers: its running
+        total (budget_totals) plus what the live attempts it covers have run since their
+        last accrual (up to their provider's last observation), from one read of the live
+        attempts, whatever the history holds."""
+        rules = self._config().budget_rules()
+        if not rules:
+            return []
+        rows = totals.budget_rows(s)
+        live = s.exec(
+            select(Attempt, Job.name, Job.team).where(
+                Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE)
             )
+        ).all()
+        seen = self.seen_until(s, now) if live else {}
+        out = []
+        for rule in rules:
+            since = budgets.window_start(rule.window, now)
+            pending = burn = 0.0
+            for a, name, team in live:
+                if not rule.applies_to(name, team):
+                    continue
+                burn += (a.billed_price or a.price_per_hour) * a.nodes
+                pending += unaccrued_usd(a, now, since, seen.get(a.provider))
+            spent = totals.accrued(s, rule, now, rows)
+            out.append(budgets.BudgetStatus(rule, max(0.0, spent + pending), burn))
         return out
-
-    @staticmethod
-    def _unaccrued(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
-        q = select(Attempt, Job.name, Job.team).where(
-            Attempt.job_id == Job.id,
-            col(Attempt.state).in_(LIVE),
-            col(Attempt.started_at).is_not(None),
-        )
-        since = budgets.window_start(rule.window, now)
-        return sum(
-            unaccrued_usd(a, now, since)
-            for a, name, team in s.exec(q).all()
-            if rule.applies_to(name, team)
-        )
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
         """Publish every budget; stop what would cross a hard limit before the next check."""
@@ -360,7 +379,7 @@ class SpendController:
             )
             request_stop(s, a, "budget", now)
             if not job.state.terminal:
-                hold_for_budget(job, rule, why, now)
+                hold_for_budget(job, rule, why, now, st.spent)
                 s.add(job)
             emit(
                 s,
@@ -373,15 +392,30 @@ class SpendController:
             )
 
 
-def unaccrued_usd(a: Attempt, now: datetime, since: datetime | None = None) -> float:
+def live_end(start: datetime, now: datetime, upto: datetime | None) -> datetime:
+    """How far a live attempt accrues: up to `upto` (its provider's last observation; None:
+    a provider no daemon has described yet, up to now), never backwards."""
+    return max(start, now if upto is None else min(now, upto))
+
+
+def unaccrued_usd(
+    a: Attempt,
+    now: datetime,
+    since: datetime | None = None,
+    upto: datetime | None = None,
+) -> float:
     """What `a` (all its nodes) has cost since its last accrual (or `since`, if later), at its
-    interval price: spend that is paid but not yet in the buckets or `cost_usd`."""
+    interval price: spend that is paid but not yet in the buckets or `cost_usd`. A live
+    attempt counts up to `upto` (its provider's last observation) when given."""
     if a.started_at is None:
         return 0.0
     start = a.accrued_until or a.started_at
     if since is not None:
         start = max(start, since)
-    end = min(now, a.ended_at) if a.ended_at is not None else now  # ended: store unreadable
+    if a.ended_at is not None:  # ended: store unreadable
+        end = min(now, a.ended_at)
+    else:
+        end = now if upto is None else min(now, upto)
     if end <= start:
         return 0.0
     return (a.billed_price or a.price_per_hour) * a.nodes * hours(end - start)
@@ -441,13 +475,21 @@ def _buckets_since(
     return out
 
 
-def hold_for_budget(job: Job, rule: budgets.BudgetRule, reason: str, now: datetime) -> None:
-    """HELD under `rule`, with the window and limit it was held in: the job is released when
-    the window resets or the limit is raised (job.holds.BudgetHolds.hold_ends)."""
+def hold_for_budget(
+    job: Job, rule: budgets.BudgetRule, reason: str, now: datetime, spent: float | None = None
+) -> None:
+    """HELD under `rule`, with the window, limit and spend it was held at: the job is
+    released when the window resets, the limit is raised, or that spend is refunded below
+    (job.holds.BudgetHolds.hold_ends)."""
     job.state, job.reason, job.updated_at = JobState.HELD, reason, now
     job.held_budget = rule.name
     job.held_window_start = budgets.window_start(rule.window, now)
     job.held_limit_usd = rule.limit_usd
+    job.held_spent_usd = None if spent is None else round(spent, 6)
+
+
+def clear_hold(job: Job) -> None:
+    job.held_budget = job.held_window_start = job.held_limit_usd = job.held_spent_usd = None
 
 
 def request_stop(s: Session, a: Attempt, reason: str, now: datetime) -> None:

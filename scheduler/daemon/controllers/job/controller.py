@@ -139,9 +139,10 @@ class JobController:
             self._finish(job.id, JobState.CANCELLED, "cancelled by user", now)
             return
         elif job.state is JobState.HELD:
-            if not self.holds.hold_ends(job, now):
+            spent = {st.rule.name: st.spent for st in facts.statuses}
+            if self.holds.hold_ends(job, now, spent) is None:
                 return  # most held jobs stay held: no write to find that out
-            self.holds.release(job.id, now)
+            self.holds.release(job.id, now, spent)
             fresh = self._reread(job.id)
         if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
             return

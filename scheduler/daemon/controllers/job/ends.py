@@ -27,6 +27,7 @@ from scheduler.daemon.controllers.base import WRITE_BATCH, Db, safe_message
 from scheduler.daemon.controllers.job.running import record_progress
 from scheduler.daemon.controllers.job.snapshot import Snapshot
 from scheduler.daemon.controllers.rows import load_by_id
+from scheduler.daemon.controllers.spend import clear_hold
 from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.state.audit import emit
 from scheduler.state.models import Attempt, Job
@@ -110,6 +111,8 @@ class AttemptEnds:
             pass  # the budget stop already wrote the full reason and the window
         else:
             job.state, job.reason = t.state, t.reason
+        if job.state is not JobState.HELD:
+            clear_hold(job)  # held by a stop its instance had ended before: not held
         if t.failures:
             delay = backoff_seconds(
                 job.failures, cfg.backoff_base.total_seconds(), cfg.backoff_max.total_seconds()

@@ -3,9 +3,10 @@
 A job is held in two ways: a budget stop ends its attempt (lifecycle.next_state makes it
 HELD), or placement finds that a hard budget cannot pay for any adequate offering from what
 is left of it (a job that merely waits for another job's reserved burn to free up is not
-held). Either way it is held with the budget's window and limit, and released when the
-window resets or the limit is raised (or the budget is removed), so it neither churns at
-the limit nor waits forever.
+held). Either way it is held with the budget's window, limit and spend, and released when the
+window resets, the limit is raised, the budget is removed, or that spend is refunded below
+(an outage's spend that never happened, an end learned late), so it neither churns at the
+limit nor waits forever.
 """
 
 from __future__ import annotations
@@ -25,9 +26,12 @@ from scheduler.daemon.controllers.base import Db
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.job.writes import Hold
 from scheduler.daemon.controllers.rows import live_job_ids
-from scheduler.daemon.controllers.spend import hold_for_budget
+from scheduler.daemon.controllers.spend import clear_hold, hold_for_budget
 from scheduler.state.audit import emit, event
 from scheduler.state.models import Job
+
+# A refund smaller than this (rounding) does not release a hold.
+REFUND_EPS = 0.005
 
 
 class BudgetHolds:
@@ -39,31 +43,53 @@ class BudgetHolds:
         return {r.name: r for r in self._config().budget_rules()}
 
     def hold_ends(
-        self, job: Job, now: datetime, rules: dict[str, budgets.BudgetRule] | None = None
-    ) -> bool:
-        """Whether the budget that holds `job` has a new window or limit (or is gone)."""
+        self,
+        job: Job,
+        now: datetime,
+        spent: dict[str, float],
+        rules: dict[str, budgets.BudgetRule] | None = None,
+    ) -> str | None:
+        """Why the hold on `job` ends (the budget that holds it has a new window or limit,
+        is gone, or the spend it was held at has been refunded below), None if it holds.
+        `spent`: each budget's spend now (the pass's statuses)."""
         if rules is None:
             rules = self._rules()
-        rule = rules.get(job.held_budget or "")
-        if rule is not None and rule.hard:
-            same_window = budgets.window_start(rule.window, now) == job.held_window_start
-            if same_window and rule.limit_usd <= (job.held_limit_usd or 0.0):
-                return False
-        return True
+        name = job.held_budget or ""
+        rule = rules.get(name)
+        if rule is None or not rule.hard:
+            return f"budget '{name}' is no longer a hard budget"
+        if budgets.window_start(rule.window, now) != job.held_window_start:
+            return f"budget '{name}' has a new window"
+        if rule.limit_usd > (job.held_limit_usd or 0.0):
+            return f"budget '{name}' has a higher limit"
+        now_spent = spent.get(name)
+        held_at = job.held_spent_usd
+        if (
+            now_spent is not None
+            and held_at is not None
+            and now_spent < rule.limit_usd
+            and now_spent < held_at - REFUND_EPS
+        ):
+            # Spend that was never paid (an outage billed to now, an end learned late) was
+            # what held it: the refund lets it go; placement holds it again if it must.
+            return f"budget '{name}' spend was refunded (${held_at:.2f} -> ${now_spent:.2f})"
+        return None
 
-    def release(self, job_id: str, now: datetime) -> None:
-        """A budget-HELD job waits until that budget's window resets or its limit is raised
-        (or it is removed): then, judged again in the write, it waits to be placed."""
+    def release(self, job_id: str, now: datetime, spent: dict[str, float]) -> None:
+        """A budget-HELD job waits until that budget's window resets, its limit is raised,
+        the spend it was held at is refunded below, or it is removed: then, judged again in
+        the write, it waits to be placed."""
         rules = self._rules()
         with self.db.write() as s:
             job = s.get(Job, job_id)
             if job is None or job.state is not JobState.HELD:
                 return
-            if not self.hold_ends(job, now, rules):
+            why = self.hold_ends(job, now, spent, rules)
+            if why is None:
                 return
             job.state = JobState.RECOVERING if job.recoveries else JobState.PENDING
-            job.reason = f"budget '{job.held_budget}' has a new window or limit"
-            job.held_budget = job.held_window_start = job.held_limit_usd = None
+            job.reason = why
+            clear_hold(job)
             job.updated_at = now
             s.add(job)
             emit(s, now, "released", job.reason, job_id=job.id)
@@ -81,7 +107,7 @@ class BudgetHolds:
                 continue
             if job.state not in (JobState.PENDING, JobState.RECOVERING):
                 continue
-            hold_for_budget(job, rule, h.reason, h.at)
+            hold_for_budget(job, rule, h.reason, h.at, h.spent)
             s.add(job)
             events.append(event(h.at, "held", h.reason, job_id=job.id, level="warning"))
 

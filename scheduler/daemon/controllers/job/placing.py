@@ -50,7 +50,8 @@ class Placement:
             budget = budget_to_hold_under(job, req, ctx, facts)
             if budget is not None:
                 why = f"{decision.reason}; held until budget '{budget}' has a new window or limit"
-                writes.holds.append(Hold(job.id, budget, why, now))
+                spent = next((st.spent for st in facts.statuses if st.rule.name == budget), None)
+                writes.holds.append(Hold(job.id, budget, why, now, spent))
                 return
             writes.explain(job, decision.reason, now)
             return

@@ -63,6 +63,7 @@ class Hold:
     budget: str
     reason: str
     at: datetime
+    spent: float | None = None  # what the budget had spent (a refund below it releases)
 
 
 @dataclass
