@@ -92,7 +92,7 @@ class Reconciler:
         self.launches = LaunchController(
             self.db, clock, clouds, self.stores, self.catalogs, cfg, self.steps, self.install_id
         )
-        self.stops = StopController(self.db, clock, clouds, cfg)
+        self.stops = StopController(self.db, clock, clouds, cfg, self.launches.in_flight)
         self.leaks = LeakController(
             self.db, clock, clouds, cfg, self.install_id, self.spend.bill_leaked
         )
@@ -191,7 +191,8 @@ class Reconciler:
                 )
             ).all()
         fresh = [i for i, asked in waiting if asked is None]
-        stale = [i for i, asked in waiting if asked is not None]
+        # A call still on the wire is neither adopted nor sent again: it lands, or fails.
+        stale = [i for i, asked in waiting if asked is not None and not self.launches.in_flight(i)]
         relaunch = self.launches.adopt(stale) if stale else []
         todo = list(dict.fromkeys(fresh + relaunch))
         for _ in range(LAUNCH_ROUNDS):

@@ -22,12 +22,20 @@ from scheduler.state.models import Attempt
 
 class StopController:
     def __init__(
-        self, db: Db, clock: Clock, clouds: Callable[[], Clouds], config: Callable[[], Config]
+        self,
+        db: Db,
+        clock: Clock,
+        clouds: Callable[[], Clouds],
+        config: Callable[[], Config],
+        launch_in_flight: Callable[[str], bool] | None = None,
     ) -> None:
         self.db = db
         self.clock = clock
         self._clouds = clouds
         self._config = config
+        # Whether an attempt's own launch call is still on the wire (LaunchController): such
+        # an attempt is not ended, its instance is recorded when the call lands, then stopped.
+        self._in_flight = launch_in_flight or (lambda _: False)
 
     def step(self) -> None:
         now = self.clock.now()
@@ -101,7 +109,9 @@ class StopController:
                         a.state = AttemptState.STOPPING
                         if inst.launched_at is not None and a.started_at is None:
                             a.started_at = a.accrued_until = min(inst.launched_at, now)
-                    elif now - a.launch_requested_at > delay_of(a.provider):  # type: ignore[operator]
+                    elif now - a.launch_requested_at > delay_of(  # type: ignore[operator]
+                        a.provider
+                    ) and not self._in_flight(a.id):
                         a.state, a.ended_at = AttemptState.ENDED, now
                         a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
                         a.detail = "stopped before its launch was recorded"

@@ -15,7 +15,10 @@ runs them in order, a few transactions per pass, not a few per job.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import sqlalchemy as sa
@@ -27,6 +30,7 @@ from scheduler.core.jobspec import StoredSpecInvalid
 from scheduler.core.states import AttemptEnd, AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import (
+    CallTimeout,
     CatalogHolder,
     Clouds,
     Db,
@@ -51,6 +55,8 @@ from scheduler.daemon.controllers.rows import load_by_id, table_of
 from scheduler.daemon.hooks_for_tests import Steps
 from scheduler.state.audit import emit, emit_many
 from scheduler.state.models import Attempt, Job
+
+log = logging.getLogger("spotwise.reconcile")
 
 # What launching reads of an Attempt (`launch` and `LaunchRequests.build`): the first read of a pass
 # converts these for every row, not all of the table's columns.
@@ -99,6 +105,32 @@ class LaunchController:
         self.requests = LaunchRequests(stores, catalog, config, install_id)
         self.records = LaunchRecords(db, clock, config)
         self.adoption = Adoption(db, clock, clouds, config, self.records)
+        # Launch calls past their deadline still on the wire, by attempt (this process's
+        # threads: a restarted daemon has none, and adopts by token instead).
+        self._in_flight: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+
+    def in_flight(self, attempt_id: str) -> bool:
+        """Whether this attempt's launch call is still on the wire (past its deadline): its
+        attempt must not be ended, nor launched again, until it lands."""
+        with self._lock:
+            return attempt_id in self._in_flight
+
+    def _watch(self, attempt_id: str, call: Future[Any]) -> None:
+        with self._lock:
+            self._in_flight[attempt_id] = call
+        call.add_done_callback(lambda done: self._landed(attempt_id, done))
+
+    def _landed(self, attempt_id: str, call: Future[Any]) -> None:
+        """Runs on the cloud's worker thread when a late launch call returns."""
+        try:
+            if not call.cancelled() and call.exception() is None and call.result():
+                self.records.record_late(attempt_id, list(call.result()))
+        except Exception:
+            log.exception("attempt %s: recording a late launch failed", attempt_id)
+        finally:
+            with self._lock:
+                self._in_flight.pop(attempt_id, None)
 
     def launch(self, attempt_ids: Sequence[str]) -> list[LaunchOutcome]:
         """Launch these LAUNCHING attempts: one read, the store claims (concurrent I/O), one
@@ -220,6 +252,9 @@ class LaunchController:
             }
         )
         self.step("after_launch")
+        for aid, r in results.items():
+            if isinstance(r.error, CallTimeout) and r.error.sent and r.error.future is not None:
+                self._watch(aid, r.error.future)  # its answer is recorded when it lands
         with self.db.write() as s:
             now = self.clock.now()
             events: list[dict[str, Any]] = []

@@ -31,6 +31,7 @@ from scheduler.core.config import Config
 from scheduler.core.lifecycle import gang_shortfall
 from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.controllers.base import (
+    CallTimeout,
     Db,
     Result,
     job_running,
@@ -113,6 +114,16 @@ class LaunchRecords:
         if error is None:
             error = FatalError("the provider returned no instance")
         why = safe_message(error)
+        if isinstance(error, CallTimeout) and not error.sent:
+            # Never left the provider's queue: the cloud was not asked, so the attempt is
+            # not stamped as sent (it would wait out the visibility delay for nothing).
+            a.launch_requested_at = None
+            msg = f"not sent: {why}; sent on the next pass"
+            if a.detail != msg:
+                a.detail = msg
+                emit(s, now, "launch_not_sent", msg, job_id=a.job_id, attempt_id=a.id)
+            s.add(a)
+            return LaunchOutcome(attempt_id, launched=True)
         if isinstance(error, CapacityUnavailable):
             mark_unavailable(s, error.pool or a.pool, why, now, cfg.unavailable_ttl)
             self.fail_in(s, attempt_id, AttemptEnd.LAUNCH_FAILED, f"no capacity: {why}", now)
@@ -133,6 +144,31 @@ class LaunchRecords:
             s.add(a)
             emit(s, now, "launch_retry", msg, job_id=a.job_id, attempt_id=a.id, level="warning")
         return LaunchOutcome(attempt_id, launched=True)
+
+    def record_late(self, attempt_id: str, instances: list[Instance]) -> None:
+        """A launch call that answered after its deadline: its instances are recorded (an
+        attempt asked to stop meanwhile then stops them, billed from their launch), unless
+        the attempt found them already (adopted by its token) or has ended (then they are a
+        leak, collected and billed to it)."""
+        with self.db.write() as s:
+            a = s.get(Attempt, attempt_id)
+            if a is None or a.state is AttemptState.ENDED or a.instance_id is not None:
+                return
+            now = self.clock.now()
+            emit(
+                s,
+                now,
+                "launch_landed",
+                f"the launch answered after its deadline: {', '.join(i.id for i in instances)}",
+                job_id=a.job_id,
+                attempt_id=a.id,
+            )
+            self.record_in(s, attempt_id, instances, None, now)
+            if a.stop_requested_at is not None:
+                # Asked to stop while the call was out: stop what it started at the next
+                # stop step (the search by token before it landed found nothing).
+                a.state, a.terminate_sent_at = AttemptState.STOPPING, None
+                s.add(a)
 
     def _record_gang(
         self,
