@@ -32,12 +32,13 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlmodel import Session, col, func, select
 
 from scheduler.core.clock import Clock, ForwardClock
-from scheduler.core.config import Config
+from scheduler.core.config import Config, DaemonSettings
 from scheduler.core.errors import UserError
 from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon import systemd
+from scheduler.daemon.checkpoints import PROGRESS_READ_DEADLINE_S
 from scheduler.daemon.metrics import Metrics
-from scheduler.daemon.reconcile import Reconciler
+from scheduler.daemon.reconcile import LAUNCH_ROUNDS, Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for
 from scheduler.state.db import is_postgres, open_db
 from scheduler.state.files import find_config, load_config
@@ -68,6 +69,17 @@ RESTART_ONLY = (
 
 LOCAL_CLOCK_KEYS = ("speedup", "trace", "trace_start")
 CLOUD_SECTIONS = ("aws", "gcp", "azure")
+
+
+# The cloud waits of one pass, each at most `call_timeout`: two stop steps, observe, the
+# adoption of stale launches, up to LAUNCH_ROUNDS launch rounds, and the leak sweep's list
+# and terminate. The progress reads have their own deadline.
+PASS_CLOUD_WAITS = 2 + 1 + 1 + LAUNCH_ROUNDS + 2
+
+
+def pass_bound(d: DaemonSettings) -> float:
+    """The longest a pass can take (real seconds) with every cloud at its deadline."""
+    return PASS_CLOUD_WAITS * d.call_timeout.total_seconds() + PROGRESS_READ_DEADLINE_S + 30.0
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:
@@ -148,6 +160,7 @@ class Daemon:
         self._scheduler: BackgroundScheduler | None = None
         self.metrics = Metrics()
         self._last_pass = time.monotonic()
+        self._pass_started: float | None = None  # the pass now running, if one is
 
     def _clock_forward(self) -> None:
         """Time only moves forward: refuse to start (UserError, one line) when the clock is
@@ -168,6 +181,8 @@ class Daemon:
 
     # Each task swallows its own errors: the daemon keeps ticking, and says so.
     def _run_task(self, name: str) -> None:
+        if name == "reconcile":
+            self._pass_started = time.monotonic()
         try:
             with self.metrics.task_seconds.labels(name).time():
                 if name == "maintain":
@@ -176,12 +191,19 @@ class Daemon:
                     getattr(self.reconciler, name)()
             if name == "reconcile":
                 self._last_pass = time.monotonic()
+                self._pass_started = None
                 self._beat()
             if name == "accrue":
                 self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
         except Exception:
             self.metrics.task_errors.labels(name).inc()
             log.exception("task %s failed; will run again on its next tick", name)
+
+    def _alive(self, now: float, watchdog: float) -> bool:
+        if now - self._last_pass < watchdog:
+            return True
+        started = self._pass_started
+        return started is not None and now - started < pass_bound(self.config.daemon)
 
     def _beat(self) -> None:
         status = self._status()
@@ -328,6 +350,13 @@ class Daemon:
         )
         self._schedule()
         self._scheduler.start()
+        budget_stops = threading.Thread(
+            target=self.reconciler.budget_stops.run,
+            args=(self._stop,),
+            name="budget-stops",
+            daemon=True,
+        )
+        budget_stops.start()
         systemd.notify("READY=1")
         log.info("spotwise daemon running (providers: %s)", ", ".join(self.reconciler.providers))
         watchdog = systemd.watchdog_seconds()
@@ -335,14 +364,17 @@ class Daemon:
             if self._reload.wait(0.2):
                 self._reload.clear()
                 self.reload()
-            # WATCHDOG follows the loop's liveness (a pass finished recently), not the
-            # slowest cloud call: calls have deadlines, so a live loop always finishes passes.
-            if watchdog and time.monotonic() - self._last_pass < watchdog:
+            # WATCHDOG follows the loop's liveness: a pass finished recently, or the pass
+            # now running is within its bound (pass_bound: every cloud call has a deadline,
+            # so a live loop finishes each pass within it; a slow cloud is not a hang).
+            if watchdog and self._alive(time.monotonic(), watchdog):
                 systemd.notify("WATCHDOG=1")
         systemd.notify("STOPPING=1")
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
+        self.reconciler.budget_stops.wake()  # it sees _stop and returns
         self._scheduler.shutdown(wait=True)
+        budget_stops.join(timeout=self.config.daemon.call_timeout.total_seconds() + 5)
         if not self._lost.is_set():
             # The pass that saw an instance end had accrued to its own start, past the end;
             # the next accrual refunds that. Run it now, or a stopped daemon reports (and

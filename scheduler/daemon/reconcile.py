@@ -36,7 +36,7 @@ from scheduler.daemon.controllers.launch.controller import LaunchController
 from scheduler.daemon.controllers.leaks import LeakController
 from scheduler.daemon.controllers.prices import PriceController
 from scheduler.daemon.controllers.spend import SpendController
-from scheduler.daemon.controllers.stopping import StopController
+from scheduler.daemon.controllers.stopping import BudgetStops, StopController
 from scheduler.daemon.hooks_for_tests import CrashForTest, Steps
 from scheduler.state.installation import install_id
 from scheduler.state.models import Attempt
@@ -81,7 +81,14 @@ class Reconciler:
         )
         # When each provider last described its instances: spend accrues up to there.
         self.observations = Observations()
-        self.spend = SpendController(self.db, clock, self.catalogs, cfg, self.observations)
+        self.spend = SpendController(
+            self.db,
+            clock,
+            self.catalogs,
+            cfg,
+            self.observations,
+            on_budget_stop=lambda: self.budget_stops.wake(),
+        )
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
         self.instances = InstanceController(
             self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end, self.observations
@@ -93,6 +100,8 @@ class Reconciler:
             self.db, clock, clouds, self.stores, self.catalogs, cfg, self.steps, self.install_id
         )
         self.stops = StopController(self.db, clock, clouds, cfg, self.launches.in_flight)
+        # Budget stops on their own thread (the daemon runs it), woken by enforcement.
+        self.budget_stops = BudgetStops(self.stops)
         self.leaks = LeakController(
             self.db, clock, clouds, cfg, self.install_id, self.spend.bill_leaked
         )

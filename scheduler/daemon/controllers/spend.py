@@ -64,7 +64,10 @@ class SpendController:
         catalog: CatalogHolder,
         config: Callable[[], Config],
         observations: Observations | None = None,
+        on_budget_stop: Callable[[], None] | None = None,
     ) -> None:
+        # Called once the transaction that asked for a budget stop commits (BudgetStops).
+        self._on_budget_stop = on_budget_stop
         self.db = db
         self.clock = clock
         self.catalog = catalog
@@ -321,13 +324,21 @@ class SpendController:
         statuses = self.statuses(s, now)
         for st in statuses:
             before = self._publish(s, st, now)
-            if budgets.must_stop(st, hold):
-                self._stop_for_budget(s, st, now)
+            if budgets.must_stop(st, hold) and self._stop_for_budget(s, st, now):
+                self._wake_on_commit(s)
             elif budgets.soft_exceeded(st) and before != "exhausted":
                 rule = st.rule
                 msg = f"soft budget '{rule.name}' spent ${st.spent:.2f} of ${rule.limit_usd:.2f}"
                 emit(s, now, "budget_warning", msg, level="warning")
         return statuses
+
+    def _wake_on_commit(self, s: Session) -> None:
+        """The budget stops go out as soon as their request is committed, on their own
+        thread (stopping.BudgetStops), not at the next pass's stop step."""
+        wake = self._on_budget_stop
+        if wake is not None and not sa.event.contains(s, "after_commit", _woken):
+            s.info["wake"] = wake
+            sa.event.listen(s, "after_commit", _woken, once=True)
 
     @staticmethod
     def _publish(s: Session, st: budgets.BudgetStatus, now: datetime) -> str:
@@ -361,7 +372,9 @@ class SpendController:
         return before
 
     @staticmethod
-    def _stop_for_budget(s: Session, st: budgets.BudgetStatus, now: datetime) -> None:
+    def _stop_for_budget(s: Session, st: budgets.BudgetStatus, now: datetime) -> bool:
+        """Ask every attempt the budget covers to stop; whether any was asked."""
+        asked = False
         rows = s.exec(
             select(Attempt, Job).where(
                 Attempt.job_id == Job.id,
@@ -378,6 +391,7 @@ class SpendController:
                 f"would be exceeded: ${st.spent:.2f} spent"
             )
             request_stop(s, a, "budget", now)
+            asked = True
             if not job.state.terminal:
                 hold_for_budget(job, rule, why, now, st.spent)
                 s.add(job)
@@ -390,6 +404,13 @@ class SpendController:
                 attempt_id=a.id,
                 level="warning",
             )
+        return asked
+
+
+def _woken(session: Session) -> None:
+    wake = session.info.pop("wake", None)
+    if wake is not None:
+        wake()
 
 
 def live_end(start: datetime, now: datetime, upto: datetime | None) -> datetime:

@@ -1,9 +1,16 @@
 """Stops attempts on request (cancel, budget, policy): terminate by reference, re-ask every
 stop_grace, and for a launch in flight terminate whatever the cloud started under its token.
-A gang's stop terminates every node it still has (one call per provider)."""
+A gang's stop terminates every node it still has (one call per provider).
+
+Budget stops also go out on their own thread (`BudgetStops`), woken by the enforcement that
+asks for them: a pass waits up to `call_timeout` on each slow cloud, and the terminate that
+keeps a hard budget must not wait behind it.
+"""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from datetime import datetime
 
@@ -18,6 +25,8 @@ from scheduler.daemon.controllers.base import LIVE, Clouds, Db, safe_message, te
 from scheduler.daemon.controllers.gang import node_refs, nodes_of, record_nodes
 from scheduler.state.audit import emit
 from scheduler.state.models import Attempt
+
+log = logging.getLogger("spotwise.reconcile")
 
 
 class StopController:
@@ -37,17 +46,19 @@ class StopController:
         # an attempt is not ended, its instance is recorded when the call lands, then stopped.
         self._in_flight = launch_in_flight or (lambda _: False)
 
-    def step(self) -> None:
+    def step(self, reasons: frozenset[str] | None = None) -> None:
+        """Send the terminates due: every stop asked for, or only those for `reasons`."""
         now = self.clock.now()
         grace = self._config().daemon.stop_grace
         clouds = self._clouds()
         with self.db.read() as s:
-            stopping = s.exec(
-                select(Attempt).where(
-                    col(Attempt.state).in_(LIVE),
-                    col(Attempt.stop_requested_at).is_not(None),
-                )
-            ).all()
+            q = select(Attempt).where(
+                col(Attempt.state).in_(LIVE),
+                col(Attempt.stop_requested_at).is_not(None),
+            )
+            if reasons is not None:
+                q = q.where(col(Attempt.stop_reason).in_(sorted(reasons)))
+            stopping = s.exec(q).all()
             gangs = [a.id for a in stopping if a.nodes > 1]
             nodes = nodes_of(s, gangs) if gangs else {}
         terminate: dict[str, tuple[str, Callable]] = {}
@@ -133,6 +144,37 @@ class StopController:
             a.state, a.ended_at = AttemptState.ENDED, now
             a.end_reason = STOP_ENDS.get(a.stop_reason or "", AttemptEnd.CANCELLED)
             s.add(a)
+
+
+BUDGET_STOPS = frozenset({"budget"})
+
+
+class BudgetStops:
+    """The stops that keep hard budgets, sent on their own thread as soon as enforcement
+    asks for them (SpendController wakes it when its transaction commits), whatever the
+    reconcile pass is waiting on. Slow clouds stall only their own calls (each provider has
+    its own workers and every call its deadline), so a healthy cloud's terminate goes out
+    at once. The passes keep sending every stop, these included, as before."""
+
+    def __init__(self, stops: StopController) -> None:
+        self.stops = stops
+        self._wake = threading.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def run(self, stop: threading.Event, every: float = 30.0) -> None:
+        """Until `stop` (set it, then `wake`): send due budget stops when woken, and at
+        least every `every` real seconds."""
+        while not stop.is_set():
+            self._wake.wait(every)
+            self._wake.clear()
+            if stop.is_set():
+                return
+            try:
+                self.stops.step(BUDGET_STOPS)
+            except Exception:
+                log.exception("budget stops failed; the next pass sends them")
 
 
 def _terminate_token(provider: Provider, token: str, region: str) -> list[Instance]:
