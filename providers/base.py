@@ -101,6 +101,10 @@ class LaunchRequest:
     tags: Mapping[str, str]
     count: int = 1
     placement_group: str | None = None
+    # The job's price cap per instance-hour (its `max_price_per_hour`), for the clouds that
+    # take one for spot capacity (EC2 SpotOptions.MaxPrice, Azure billingProfile.maxPrice):
+    # above it the cloud reclaims the instance. None: no cap beyond the cloud's own.
+    max_price_per_hour: float | None = None
 
     def node_token(self, node: int) -> str:
         return self.token if self.count == 1 else f"{self.token}-n{node}"

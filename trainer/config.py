@@ -119,7 +119,8 @@ class CheckpointConfig:
     interval_steps: int = 100
     """Save every N steps (0 disables the step trigger)."""
     interval_seconds: float = 0.0
-    """Also save when this many seconds passed since the last save (0 disables)."""
+    """Also save when this many seconds passed since the last save (0: the job's
+    checkpoint_interval, from $SPOTWISE_CHECKPOINT_INTERVAL, else disabled)."""
     keep: int = 3
     """Keep the newest K checkpoints (at least 1)."""
     async_save: bool = False
@@ -314,6 +315,23 @@ def load_toml(cfg: TrainerConfig, path: Path) -> None:
 
 
 BUNDLED_CONFIGS = Path(__file__).with_name("configs")
+# The job file's checkpoint_interval in seconds, set by the daemon on every instance: the
+# time trigger when the trainer's own config sets none (checkpoint.interval_seconds).
+ENV_CHECKPOINT_INTERVAL = "SPOTWISE_CHECKPOINT_INTERVAL"
+
+
+def apply_scheduler_interval(cfg: TrainerConfig) -> None:
+    """checkpoint.interval_seconds from $SPOTWISE_CHECKPOINT_INTERVAL when it is not set."""
+    raw = os.environ.get(ENV_CHECKPOINT_INTERVAL, "").strip()
+    if not raw or cfg.checkpoint.interval_seconds:
+        return
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise ConfigError(f"${ENV_CHECKPOINT_INTERVAL}={raw!r}: expected a number of seconds > 0")
+    cfg.checkpoint.interval_seconds = seconds
 
 
 def resolve_config_path(path: Path) -> Path:
@@ -412,6 +430,7 @@ def parse_args(argv: list[str] | None = None) -> TrainerConfig:
             continue
         dotted = dest.split(":", 1)[1]
         _set(cfg, dotted, value, f"--{dotted}")
+    apply_scheduler_interval(cfg)
     cfg.validate()
     return cfg
 

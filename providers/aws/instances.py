@@ -198,14 +198,16 @@ class Instances:
             ],
         }
         if o.market is Market.SPOT:
-            params["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                # No MaxPrice: capped at the on-demand price, which AWS recommends.
-                "SpotOptions": {
-                    "SpotInstanceType": "one-time",
-                    "InstanceInterruptionBehavior": "terminate",
-                },
+            spot: dict[str, Any] = {
+                "SpotInstanceType": "one-time",
+                "InstanceInterruptionBehavior": "terminate",
             }
+            if request.max_price_per_hour is not None:
+                # The job's cap. SpotMarketOptions.MaxPrice is a string of dollars per
+                # hour (botocore's ec2 service-2.json); without one the cap is the
+                # on-demand price, which AWS recommends for jobs that set none.
+                spot["MaxPrice"] = max_price_text(request.max_price_per_hour)
+            params["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": spot}
         subnet = net.subnet_for(o.zone)
         if subnet is not None:
             params["SubnetId"] = subnet
@@ -428,3 +430,9 @@ class Instances:
                 raise translate(
                     exc, what=f"delete_volume in {r}", secrets=self._api.secrets
                 ) from None
+
+
+def max_price_text(usd: float) -> str:
+    """A price as EC2 takes MaxPrice: a decimal string, at most 5 places (as the Spot price
+    history reports prices), no exponent."""
+    return f"{usd:.5f}".rstrip("0").rstrip(".")

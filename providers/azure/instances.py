@@ -214,7 +214,7 @@ class Instances:
         if o.market is Market.SPOT:
             cap = request.tags.get(TAG_MAX_PRICE)
             try:
-                max_price = float(cap) if cap else s.spot_max_price
+                max_price = float(cap) if cap else spot_max_price(s.spot_max_price, request)
             except ValueError:
                 raise LaunchRejected(
                     f"azure launch: {TAG_MAX_PRICE}={cap!r} is not a number"
@@ -473,3 +473,13 @@ class Instances:
                 exc, what=f"delete {what} {ref.id}", secrets=self._api.secrets()
             ) from None
         return True
+
+
+def spot_max_price(configured: float, request: LaunchRequest) -> float:
+    """billingProfile.maxPrice for a spot VM: the job's cap, below the configured one if
+    that is lower; -1 (up to on-demand, never evicted for price) when neither sets one.
+    A number of US dollars per hour (azure-rest-api-specs, BillingProfile.maxPrice)."""
+    job = request.max_price_per_hour
+    if job is None:
+        return configured
+    return job if configured < 0 else min(job, configured)

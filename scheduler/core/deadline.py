@@ -40,6 +40,11 @@ class DeadlineJob:
     progress: float  # fraction done, 0..1
     # USD paid so far per instance (the daemon's record); None: the policy keeps its own ledger
     spent: float | None = None
+    # Hours of work between the job's checkpoints (its checkpoint_interval) and the work
+    # since the last one, lost if the running attempt is taken back: the regret hedge's
+    # worst case counts them (0: a checkpoint on the notice is assumed).
+    checkpoint_interval: float = 0.0
+    work_at_risk: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +170,8 @@ class DeadlinePlanner:
             on_demand_price=float(cat.price[ondemand].min()),
             tick_hours=self.tick_hours,
             spent=job.spent,
+            checkpoint_interval=job.checkpoint_interval,
+            work_at_risk=job.work_at_risk if current is not None else 0.0,
         )
         policy.observe(obs)
         action = policy.decide(obs)

@@ -120,7 +120,7 @@ class LastAttempt:
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    max_attempts: int  # lost or rejected attempts before the job fails
+    max_attempts: int  # lost attempts before the job fails
     max_preemptions: int | None  # None: unlimited
 
 
@@ -162,16 +162,20 @@ def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
             return Transition(JobState.FAILED, why, "failed", "warning")
         why = f"interrupted on {last.pool}; resuming from its checkpoint"
         return Transition(JobState.RECOVERING, why, "recovering", "warning", recoveries=1)
-    # LOST or REJECTED: the attempt failed without the job's code failing.
-    failures = job.failures + 1
-    what = "rejected by the cloud" if end is AttemptEnd.REJECTED else "lost"
     detail = f": {last.detail}" if last.detail else ""
+    if end is AttemptEnd.REJECTED:
+        # The request is wrong for that provider (its own limit: EC2's 16 KB of user data):
+        # placement avoids the provider for this job, and fails the job once every adequate
+        # provider has rejected it. One try per provider bounds it, not max_attempts.
+        why = f"attempt rejected by the cloud{detail}; trying another provider"
+        return Transition(waiting, why, "attempt_rejected", "warning")
+    # LOST: the attempt failed without the job's code failing.
+    failures = job.failures + 1
     if failures >= limits.max_attempts:
-        why = f"{failures} attempts {what} (max_attempts){detail}"
+        why = f"{failures} attempts lost (max_attempts){detail}"
         return Transition(JobState.FAILED, why, "failed", "warning", failures=1)
-    recover = JobState.RECOVERING if end is AttemptEnd.LOST else waiting
     return Transition(
-        recover, f"attempt {what}{detail}", f"attempt_{end.value}", "warning", failures=1
+        JobState.RECOVERING, f"attempt lost{detail}", "attempt_lost", "warning", failures=1
     )
 
 

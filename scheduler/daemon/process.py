@@ -24,11 +24,13 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
 from scheduler.core.clock import Clock, ForwardClock
@@ -39,7 +41,7 @@ from scheduler.daemon import systemd
 from scheduler.daemon.checkpoints import PROGRESS_READ_DEADLINE_S
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import LAUNCH_ROUNDS, Reconciler
-from scheduler.daemon.wiring import build_providers, clock_for
+from scheduler.daemon.wiring import build_providers, clock_for, observe_only
 from scheduler.state.db import is_postgres, open_db
 from scheduler.state.files import find_config, load_config
 from scheduler.state.installation import check_clock
@@ -153,8 +155,22 @@ class Daemon:
             self.record = DaemonRecord(self.engine, stale)
             self.record.claim(_version())
         self.reconciler = Reconciler(
-            self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
+            self.engine,
+            self.config,
+            build_providers(self.config, include_disabled=True),
+            self.clock,
+            fence=self.lease,
+            observe_only=observe_only(self.config),
         )
+        for name, ids in live_on_missing(self.engine, self.reconciler.providers).items():
+            log.error(
+                "%d attempt(s) run on provider %s, which this config does not have (%s): "
+                "nothing watches, stops or bills them; add its section back (enabled = false "
+                "places nothing new there) and restart",
+                len(ids),
+                name,
+                ", ".join(ids[:5]),
+            )
         for bad in invalid_specs(self.engine):
             log.warning("stored spec no longer validates: %s", bad.line())
         self._scheduler: BackgroundScheduler | None = None
@@ -278,7 +294,8 @@ class Daemon:
     def _schedule(self) -> None:
         d = self.config.daemon
         sched = self._scheduler
-        assert sched is not None
+        if sched is None:  # not running yet: run() schedules with the config it has then
+            return
         # Intervals are in clock time; on the sped-up local market they pass faster, but
         # never faster than their real-time floor.
         speed = self._speed()
@@ -316,12 +333,26 @@ class Daemon:
             )
             return
         try:
-            providers = build_providers(new)
+            providers = build_providers(new, include_disabled=True)
         except Exception as e:  # a provider that cannot be built keeps the old ones
             log.error("config reload rejected: %s", str(e).splitlines()[0] if str(e) else e)
             return
+        missing = live_on_missing(self.engine, providers)
+        if missing:
+            # Jobs running there would be watched, stopped and billed by nothing.
+            log.error(
+                "config reload rejected: %s; set enabled = false to place nothing new there "
+                "(what runs is still watched and billed), and remove the section once they end "
+                "(keeping the running config)",
+                "; ".join(
+                    f"provider {name} still runs {len(ids)} attempt(s) ({', '.join(ids[:3])})"
+                    for name, ids in sorted(missing.items())
+                ),
+            )
+            return
         self.config = new
         self.reconciler.config = new
+        self.reconciler.observe_only = observe_only(new)
         self.reconciler.providers = providers
         self._schedule()
         log.info("config reloaded from %s", self.config_path or "defaults")
@@ -397,6 +428,22 @@ class Daemon:
             self.lock.release()
         log.info("stopped")
         return 0
+
+
+def live_on_missing(engine: Engine, providers: Mapping[str, object]) -> dict[str, list[str]]:
+    """provider -> its live attempts, for the providers `providers` lacks."""
+    out: dict[str, list[str]] = {}
+    with Session(engine) as s:
+        for aid, name in s.exec(
+            select(Attempt.id, Attempt.provider).where(
+                col(Attempt.state).in_(
+                    (AttemptState.LAUNCHING, AttemptState.RUNNING, AttemptState.STOPPING)
+                )
+            )
+        ).all():
+            if name not in providers:
+                out.setdefault(name, []).append(aid)
+    return out
 
 
 def _version() -> str:

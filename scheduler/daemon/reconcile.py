@@ -62,6 +62,7 @@ class Reconciler:
         crash_hook: Callable[[str], None] | None = None,
         stores: CheckpointStores | None = None,
         fence: Fence | None = None,
+        observe_only: frozenset[str] = frozenset(),
     ) -> None:
         self.engine = engine
         self.install_id = install_id(engine)  # tags every resource; leaks are only these
@@ -72,7 +73,8 @@ class Reconciler:
         self.stores = stores or (FencedStores(fence) if fence else CheckpointStores())
         self.steps = Steps(crash_hook)
         self._config = config
-        self._clouds = Clouds(providers, config.daemon.call_timeout, fence)
+        self._observe_only = observe_only
+        self._clouds = Clouds(providers, config.daemon.call_timeout, fence, observe_only)
         self._planner = self._make_planner(config)
         cfg, clouds, planner = (
             (lambda: self._config),
@@ -137,8 +139,20 @@ class Reconciler:
     @providers.setter
     def providers(self, providers: Mapping[str, Provider]) -> None:
         old = self._clouds
-        self._clouds = Clouds(providers, self._config.daemon.call_timeout, self.fence)
+        self._clouds = Clouds(
+            providers, self._config.daemon.call_timeout, self.fence, self._observe_only
+        )
         old.shutdown()
+
+    @property
+    def observe_only(self) -> frozenset[str]:
+        """Providers that place nothing new (`enabled = false`), still watched."""
+        return self._observe_only
+
+    @observe_only.setter
+    def observe_only(self, names: frozenset[str]) -> None:
+        self._observe_only = names
+        self._clouds.observe_only = names
 
     @property
     def planner(self) -> DeadlinePlanner:

@@ -12,9 +12,23 @@ if TYPE_CHECKING:  # the read commands take the clock without any provider's cod
     from providers.base import Provider
 
 
-def build_providers(config: Config, *, read_only: bool = False) -> dict[str, Provider]:
+def observe_only(config: Config) -> frozenset[str]:
+    """The clouds configured with `enabled = false`: the daemon places nothing new there,
+    and keeps watching, stopping and billing what already runs there."""
+    p = config.providers
+    return frozenset(
+        name
+        for name in ("aws", "gcp", "azure")
+        if (s := getattr(p, name)) is not None and not getattr(s, "enabled", True)
+    )
+
+
+def build_providers(
+    config: Config, *, read_only: bool = False, include_disabled: bool = False
+) -> dict[str, Provider]:
     """One adapter per configured section; imports are lazy so unused SDKs cost nothing.
-    `read_only` (read commands): the local market creates nothing in its state directory."""
+    `read_only` (read commands): the local market creates nothing in its state directory.
+    `include_disabled` (the daemon): `enabled = false` clouds too, observe-only there."""
     out: dict[str, Provider] = {}
     p = config.providers
     if p.local is not None:
@@ -25,15 +39,15 @@ def build_providers(config: Config, *, read_only: bool = False) -> dict[str, Pro
             clock=clock_for(config, read_only=read_only),
             read_only=read_only,
         )
-    if p.aws is not None and getattr(p.aws, "enabled", True):
+    if p.aws is not None and (include_disabled or getattr(p.aws, "enabled", True)):
         from providers.aws.provider import AwsProvider
 
         out["aws"] = AwsProvider(p.aws, owner=config.daemon.owner)
-    if p.azure is not None and p.azure.enabled:
+    if p.azure is not None and (include_disabled or p.azure.enabled):
         from providers.azure.provider import AzureProvider
 
         out["azure"] = AzureProvider(p.azure, owner=config.daemon.owner)
-    if p.gcp is not None and p.gcp.enabled:
+    if p.gcp is not None and (include_disabled or p.gcp.enabled):
         from providers.gcp.provider import GcpProvider
 
         out["gcp"] = GcpProvider(p.gcp, owner=config.daemon.owner)

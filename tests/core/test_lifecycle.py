@@ -71,13 +71,16 @@ def test_preemptions_recover_and_draw_on_their_own_budget() -> None:
     assert t.state is JobState.FAILED and "max_preemptions" in t.reason
 
 
-def test_lost_and_rejected_attempts_draw_on_max_attempts() -> None:
+def test_lost_attempts_draw_on_max_attempts_and_rejected_ones_try_another_provider() -> None:
     t = next_state(_job(), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
-    assert t.state is JobState.PENDING and t.failures == 1 and "bad env name" in t.reason
+    assert t.state is JobState.PENDING and t.failures == 0 and "bad env name" in t.reason
+    # Placement avoids the provider that rejected it; not max_attempts tries on it.
     t = next_state(_job(failures=2), _last(AttemptEnd.REJECTED, detail="bad env name"), LIMITS)
-    assert t.state is JobState.FAILED and "3 attempts rejected" in t.reason
+    assert t.state is JobState.PENDING and "another provider" in t.reason
     t = next_state(_job(recoveries=1), _last(AttemptEnd.LOST), LIMITS)
     assert t.state is JobState.RECOVERING and t.failures == 1
+    t = next_state(_job(failures=2), _last(AttemptEnd.LOST), LIMITS)
+    assert t.state is JobState.FAILED and "3 attempts lost" in t.reason
 
 
 def test_terminal_outcomes() -> None:

@@ -222,17 +222,19 @@ def test_capacity_marks_the_pool_for_every_job(make_world):
     assert w.events("pool_unavailable")
 
 
-def test_rejections_back_off_per_job(make_world):
+def test_a_rejected_request_is_not_retried_on_the_provider_that_rejected_it(make_world):
+    """A rejection is the request's fault on that provider: not a back-off and a retry
+    there, but the next provider, and the job fails once every adequate one refused it."""
     w = make_world(max_attempts=5, backoff_base="60s", backoff_max="10m")
     w.provider.fail_launch[POOL_A] = LaunchRejected("bad request")
     w.provider.fail_launch[POOL_B] = LaunchRejected("bad request")
     jid = w.submit(gpus="V100:1", spot="only")
-    w.tick()
-    tried = len(w.attempts(jid))
-    w.tick(5, n=5)  # 25 s: inside the 60 s back-off, nothing is retried
-    assert len(w.attempts(jid)) == tried
-    w.tick(60)
-    assert len(w.attempts(jid)) == tried + 1
+    w.tick(n=2)
+    assert len(w.attempts(jid)) == 1
+    job = w.job(jid)
+    assert job.state is JobState.FAILED and "every adequate provider rejected" in job.reason
+    w.tick(60, n=3)
+    assert len(w.attempts(jid)) == 1
 
 
 def test_quarantine_after_repeated_step_failures_with_one_event_per_reason(make_world, monkeypatch):

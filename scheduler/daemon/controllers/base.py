@@ -199,9 +199,16 @@ class Clouds:
     so one slow cloud stalls neither the others nor the loop (nor the systemd watchdog)."""
 
     def __init__(
-        self, providers: Mapping[str, Provider], timeout: timedelta, fence: Fence | None = None
+        self,
+        providers: Mapping[str, Provider],
+        timeout: timedelta,
+        fence: Fence | None = None,
+        observe_only: frozenset[str] = frozenset(),
     ) -> None:
         self.providers = dict(providers)
+        # Providers that place nothing new (`enabled = false`): no offerings, no launches;
+        # their live instances are still described, stopped, listed and billed.
+        self.observe_only = observe_only
         self.timeout = timeout.total_seconds()
         self.fence = fence
         self._pools = {

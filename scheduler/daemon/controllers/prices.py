@@ -54,7 +54,9 @@ class PriceController:
         now = self.clock.now()
         snap = self.holder.current
         old, old_provider = snap.catalog, snap.provider_of_pool
-        results = clouds.gather({name: (name, lambda p: p.offerings()) for name in clouds})
+        # An observe-only provider (enabled = false) offers nothing: nothing new goes there.
+        selling = [name for name in clouds if name not in clouds.observe_only]
+        results = clouds.gather({name: (name, lambda p: p.offerings()) for name in selling})
         events = clouds.gather({name: (name, lambda p: p.drain_events()) for name in clouds})
         by_provider: dict[str, list[Offering]] = {}
         with self.db.write() as s:

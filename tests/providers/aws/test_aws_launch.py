@@ -268,3 +268,20 @@ def test_a_gang_without_capacity_launches_nothing(make_provider, moto, session, 
     with pytest.raises(CapacityUnavailable) as exc:
         make_provider(prices=False).launch(req)
     assert exc.value.pool == req.offering.pool and all_instances(moto) == []
+
+
+def test_a_jobs_price_cap_goes_to_ec2_as_the_spot_max_price(make_provider, moto, session):
+    """SpotMarketOptions.MaxPrice is a string of USD per hour (botocore's ec2 model)."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("ec2")
+    assert model.shape_for("SpotMarketOptions").members["MaxPrice"].type_name == "string"
+    sent = capture(session, "RunInstances")
+    p = make_provider(prices=False)
+    p.launch(launch_request(max_price_per_hour=1.25))
+    assert sent[0]["InstanceMarketOptions"]["SpotOptions"]["MaxPrice"] == "1.25"
+    p.launch(launch_request(token="job-1.attempt-2", max_price_per_hour=0.123456789))
+    assert sent[1]["InstanceMarketOptions"]["SpotOptions"]["MaxPrice"] == "0.12346"
+    od = offering("p4d.24xlarge", "us-east-1a", Market.ON_DEMAND)
+    p.launch(launch_request(token="job-1.attempt-3", offer=od, max_price_per_hour=50.0))
+    assert "InstanceMarketOptions" not in sent[2]  # on-demand takes no cap

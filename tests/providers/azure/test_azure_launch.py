@@ -94,6 +94,19 @@ def test_on_demand_and_max_price(provider, arm) -> None:
     assert arm.vm_puts()[-1]["properties"]["billingProfile"] == {"maxPrice": 0.25}
 
 
+def test_a_jobs_price_cap_goes_to_arm_as_the_billing_profile_max_price(make, arm) -> None:
+    """billingProfile.maxPrice is a number of USD per hour (azure-mgmt-compute's
+    BillingProfile model maps it so); the lower of the job's cap and the configured
+    spot_max_price wins, and -1 (up to on-demand) stays when neither sets one."""
+    from azure.mgmt.compute.models import BillingProfile
+
+    assert dict(BillingProfile(max_price=0.75)) == {"maxPrice": 0.75}  # the wire shape
+    make().launch(request_for(max_price_per_hour=0.75))
+    assert arm.vm_puts()[-1]["properties"]["billingProfile"] == {"maxPrice": 0.75}
+    make(spot_max_price=0.5).launch(request_for(max_price_per_hour=0.75))
+    assert arm.vm_puts()[-1]["properties"]["billingProfile"] == {"maxPrice": 0.5}
+
+
 def test_public_ip_is_created_and_attached(make, arm, rg) -> None:
     p = make(public_ip=True)
     (inst,) = p.launch(request_for())

@@ -75,7 +75,8 @@ class JobController:
         self._config = config
         self.placing = True  # cleared on SIGTERM: finish in-flight work, start nothing new
         self.progress_reader = ProgressReader(stores)
-        self.ends = AttemptEnds(db, config)
+        self._planner = planner
+        self.ends = AttemptEnds(db, config, lambda job_id: self._planner().forget(job_id))
         self.holds = BudgetHolds(db, config)
         self.running = RunningJobs(config, planner, lambda: self.placing)
         self.placement = Placement(db, config, planner)
@@ -169,6 +170,7 @@ class JobController:
             s.add(job)
             level = "warning" if state is JobState.FAILED else "info"
             emit(s, now, kind or state.value.lower(), reason, job_id=job.id, level=level)
+        self._planner().forget(job_id)
 
     def _step_failed(self, job_id: str, e: Exception) -> None:
         now = self.clock.now()
@@ -192,6 +194,7 @@ class JobController:
                 job.state = JobState.FAILED
                 job.reason = f"quarantined after {job.step_failures} failed steps: {msg}"
                 emit(s, now, "quarantined", job.reason, job_id=job_id, level="error")
+                self._planner().forget(job_id)
             elif msg != job.last_error:
                 emit(s, now, "step_failed", msg, job_id=job_id, level="error")
             job.last_error = msg

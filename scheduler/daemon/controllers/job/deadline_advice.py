@@ -81,17 +81,30 @@ def deadline_job(
     instance as the policy's prices are: its regret hedge must count every dollar, including
     hours its own ledger never saw (the daemon down, a slow pass, a policy that started cold
     after a SIGHUP or an unreadable state row)."""
-    per_instance = spec.gpu_specs()[0].count * spec.nodes
+    # Work is in hours on one instance of the shape the job runs on: the running attempt's
+    # GPU count and nodes (the alternative it was placed on; an elastic gang may have fewer
+    # nodes), else the smallest alternative (the longest wall time, so the deadline holds
+    # whichever it gets).
+    if live is not None and live.gpu_count:
+        per_instance = live.gpu_count * live.nodes
+    else:
+        per_instance = min(g.count for g in spec.gpu_specs()) * spec.nodes
     progress = 0.0
     if job.total_steps and job.progress_step:
         progress = min(1.0, job.progress_step / job.total_steps)
     assert job.deadline is not None and spec.gpu_hours is not None
     paid = job.cost_usd + (unaccrued_usd(live, now) if live is not None else 0.0)
+    interval = hours(spec.checkpoint_interval)
+    # Work since the last checkpoint: at most one interval, and no more than the running
+    # attempt has run (the daemon does not see the trainer's own saves).
+    ran = hours(now - live.started_at) if live is not None and live.started_at else 0.0
     return DeadlineJob(
         job.id,
         job.created_at,
         job.deadline,
         spec.gpu_hours / per_instance,
         progress,
-        spent=paid / spec.nodes,
+        spent=paid / (live.nodes if live is not None else spec.nodes),
+        checkpoint_interval=interval,
+        work_at_risk=min(interval, max(0.0, ran)),
     )

@@ -36,9 +36,14 @@ log = logging.getLogger("spotwise.reconcile")
 
 
 class AttemptEnds:
-    def __init__(self, db: Db, config: Callable[[], Config]) -> None:
+    def __init__(
+        self, db: Db, config: Callable[[], Config], forget: Callable[[str], None] | None = None
+    ) -> None:
         self.db = db
         self._config = config
+        # Drops a finished job's deadline policy from memory (DeadlinePlanner.forget); what
+        # it learned stays in its PolicyState row for the next job of its shape.
+        self._forget = forget or (lambda _: None)
 
     def write_next_states(self, snap: Snapshot, now: datetime) -> None:
         """The next state of every job whose last attempt ended, WRITE_BATCH jobs per
@@ -120,6 +125,8 @@ class AttemptEnds:
             job.not_before = now + timedelta(seconds=delay)
         s.add(job)
         emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
+        if job.state.terminal:
+            self._forget(job.id)
 
 
 def final_progress(job: Job, reads: ProgressReads) -> dict[str, Any] | None:

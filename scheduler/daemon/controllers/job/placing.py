@@ -14,12 +14,15 @@ from datetime import datetime
 
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
+from scheduler.core.errors import clean
 from scheduler.core.placement import place
+from scheduler.core.states import JobState
 from scheduler.daemon.controllers.base import Db
 from scheduler.daemon.controllers.job.deadline_advice import advise, deadline_job
 from scheduler.daemon.controllers.job.holds import budget_to_hold_under
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.job.writes import Hold, Intent, PassWrites
+from scheduler.state.audit import emit
 from scheduler.state.models import Job
 
 
@@ -47,6 +50,13 @@ class Placement:
             ctx = advice.context
         decision = place(req, facts.catalog, ctx, facts.memo)
         if decision.offering is None:
+            rejected = facts.rejected.get(job.id)
+            if rejected:
+                # Placeable but for the providers that rejected it: every adequate one did.
+                anywhere = replace(ctx, avoid_pools=facts.avoid.get(job.id, frozenset()))
+                if place(req, facts.catalog, anywhere, facts.memo).placed:
+                    self._fail(job, every_provider_rejected(rejected), now)
+                    return
             budget = budget_to_hold_under(job, req, ctx, facts)
             if budget is not None:
                 why = f"{decision.reason}; held until budget '{budget}' has a new window or limit"
@@ -66,3 +76,19 @@ class Placement:
             else st
             for st in facts.statuses
         ]
+
+    def _fail(self, job: Job, why: str, now: datetime) -> None:
+        with self.db.write() as s:
+            fresh = s.get(Job, job.id)
+            if fresh is None or fresh.state not in (JobState.PENDING, JobState.RECOVERING):
+                return
+            fresh.state, fresh.reason, fresh.updated_at = JobState.FAILED, why, now
+            s.add(fresh)
+            emit(s, now, "failed", why, job_id=job.id, level="warning")
+        self._planner().forget(job.id)
+
+
+def every_provider_rejected(rejected: dict[str, str]) -> str:
+    """The reason a job fails once every adequate provider rejected its request."""
+    each = "; ".join(f"{name}: {why}" for name, why in sorted(rejected.items()))
+    return clean(f"every adequate provider rejected the request ({each})", 900)

@@ -106,6 +106,8 @@ class RunningJobs:
             return False
         if a.state is AttemptState.RUNNING and self._placing():
             spec = facts.spec(job.spec_json)
+            if over_cap(spec, a, facts) is not None:
+                return False
             if job.deadline is not None and spec.gpu_hours:
                 return False  # the policy is asked, and what it learns saved, in the write
             if follows_prices(spec, a) and self._price_move(job, a, spec, facts, now):
@@ -149,11 +151,34 @@ class RunningJobs:
                 job_w.updated_at = now
             if a_w.state is AttemptState.RUNNING and self._placing():
                 spec = facts.spec(job_w.spec_json)
-                if job_w.deadline is not None and spec.gpu_hours:
+                over = over_cap(spec, a_w, facts)
+                if over is not None:
+                    self._leave_over_cap(s, job_w, a_w, over, now)
+                elif job_w.deadline is not None and spec.gpu_hours:
                     self._follow_deadline_policy(s, job_w, a_w, facts, now)
                 if a_w.stop_requested_at is None and follows_prices(spec, a_w):
                     self._follow_prices(s, job_w, a_w, spec, facts, now)
         s.add(job_w)
+
+    @staticmethod
+    def _leave_over_cap(
+        s: Session, job: Job, a: Attempt, over: tuple[float, float], now: datetime
+    ) -> None:
+        """The job's `max_price_per_hour` holds after the launch: a price above it is a move
+        (checkpoint, stop, place again under the cap), whatever `migrate` says."""
+        price, cap = over
+        why = f"${price:.2f}/h is above the job's max_price_per_hour ${cap:.2f}"
+        request_stop(s, a, "price", now)
+        job.reason, job.updated_at = f"moving: {why}", now
+        emit(
+            s,
+            now,
+            "price_move",
+            f"from {a.pool}: {why}",
+            job_id=job.id,
+            attempt_id=a.id,
+            level="warning",
+        )
 
     @staticmethod
     def _hold(s: Session, job: Job, a: Attempt, problem: str, now: datetime) -> None:
@@ -273,6 +298,19 @@ class RunningJobs:
             job_id=job.id,
             attempt_id=a.id,
         )
+
+
+def over_cap(spec: JobSpec, a: Attempt, facts: PassFacts) -> tuple[float, float] | None:
+    """(price, cap) when the attempt's pool now costs more than the job's cap (its price in
+    the catalog, else the price it was last billed at), else None."""
+    cap = spec.max_price_per_hour
+    if cap is None:
+        return None
+    rows = facts.pool_rows(a.pool)
+    price = float(facts.catalog.price[rows[0]]) if len(rows) else a.billed_price
+    if price is None or price <= cap + 1e-9:
+        return None
+    return price, cap
 
 
 def held_reason(problem: str) -> str:

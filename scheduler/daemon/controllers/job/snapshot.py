@@ -9,6 +9,7 @@ let go, every progress.json the pass needs, read as one concurrent batch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -61,6 +62,10 @@ class PassFacts:
     catalog: Catalog = field(default_factory=Catalog.empty)
     # job id -> pools it was interrupted in recently (it should not return there yet)
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
+    # job id -> provider -> why that provider rejected the job's request (avoided for it)
+    rejected: dict[str, dict[str, str]] = field(default_factory=dict)
+    provider_of_pool: Mapping[str, str] = field(default_factory=dict)
+    _provider_pools: dict[str, frozenset[str]] = field(default_factory=dict)
     memo: Candidates | None = None
     _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
     _specs: dict[str, JobSpec | StoredSpecInvalid] = field(default_factory=dict)
@@ -118,6 +123,21 @@ class PassFacts:
             hit = self._alternatives[key] = (best, od)
         return hit
 
+    def rejected_pools(self, job_id: str) -> frozenset[str]:
+        """Every pool of the providers that rejected this job's request."""
+        rejected = self.rejected.get(job_id)
+        if not rejected:
+            return frozenset()
+        if not self._provider_pools:
+            by: dict[str, set[str]] = {}
+            for pool, name in self.provider_of_pool.items():
+                by.setdefault(name, set()).add(pool)
+            self._provider_pools = {n: frozenset(p) for n, p in by.items()}
+        out: frozenset[str] = frozenset()
+        for name in rejected:
+            out |= self._provider_pools.get(name, frozenset())
+        return out
+
     def placement_context(
         self,
         job: Job,
@@ -140,7 +160,7 @@ class PassFacts:
         return PlacementContext(
             now=now,
             unavailable=self.unavailable,
-            avoid_pools=self.avoid.get(job.id, frozenset()),
+            avoid_pools=self.avoid.get(job.id, frozenset()) | self.rejected_pools(job.id),
             max_affordable_price=affordable,
             budget_name=budget_name,
             remaining_gpu_hours=remaining or None,
@@ -224,6 +244,7 @@ def read_facts(
         gang_capacity=gang_capacity,
         catalog=cat,
         memo=Candidates(cat),
+        provider_of_pool=snap.provider_of_pool,
     )
 
 
@@ -262,6 +283,7 @@ def read_snapshot(
     live: dict[str, Attempt] = {}
     last: dict[str, Attempt] = {}
     avoid: dict[str, set[str]] = {}
+    rejected: dict[str, dict[str, str]] = {}
     for chunk in _chunks(only):
         active = _active(chunk)
         for a in s.exec(
@@ -292,5 +314,13 @@ def read_snapshot(
             )
         ).all():
             avoid.setdefault(job_id, set()).add(pool)
+        for job_id, provider, detail in s.exec(
+            select(Attempt.job_id, Attempt.provider, Attempt.detail)
+            .join(Job, joined)
+            .where(active, Attempt.end_reason == AttemptEnd.REJECTED)
+            .order_by(col(Attempt.number))
+        ).all():
+            rejected.setdefault(job_id, {})[provider] = detail or "rejected"
     facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
+    facts.rejected = rejected
     return Snapshot(jobs, live, last)

@@ -162,10 +162,13 @@ class LaunchController:
                 out.append(LaunchOutcome(a.id, launched=a.instance_id is not None))
                 continue
             provider = clouds.get(a.provider)
-            if provider is None:
-                failed.append(
-                    (a.id, AttemptEnd.LAUNCH_FAILED, f"provider {a.provider} is not configured")
+            if provider is None or a.provider in clouds.observe_only:
+                why = (
+                    f"provider {a.provider} is not configured"
+                    if provider is None
+                    else f"provider {a.provider} places nothing new (enabled = false)"
                 )
+                failed.append((a.id, AttemptEnd.LAUNCH_FAILED, why))
                 out.append(LaunchOutcome(a.id, launched=False, pool_failed=True))
                 continue
             if a.nodes > provider.capabilities.max_count:

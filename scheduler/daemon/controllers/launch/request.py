@@ -32,6 +32,7 @@ from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder
 from scheduler.state.models import Job
 from trainer import contract
+from trainer.config import ENV_CHECKPOINT_INTERVAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +107,8 @@ class LaunchRequests:
                 contract.ENV_CHECKPOINT_URI: job.checkpoint_uri,
                 contract.ENV_CLOUD: a.cloud,
                 contract.ENV_NNODES: str(a.nodes),
+                # The job file's checkpoint_interval, which the bundled trainer honours.
+                ENV_CHECKPOINT_INTERVAL: f"{spec.checkpoint_interval.total_seconds():g}",
             }
         )
         caps = provider.capabilities
@@ -133,4 +136,5 @@ class LaunchRequests:
             tags=tags,
             count=a.nodes,
             placement_group=group,
+            max_price_per_hour=spec.max_price_per_hour,
         )
