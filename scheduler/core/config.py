@@ -35,6 +35,9 @@ from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
 __all__ = ["Config", "key_lines", "mask_database_url", "parse_config"]
 
 
+MIN_SPEND_RETENTION = timedelta(days=35)
+
+
 def default_state_dir() -> Path:
     """$STATE_DIRECTORY (systemd's StateDirectory=), else the XDG state directory."""
     systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
@@ -80,6 +83,10 @@ class DaemonSettings(StrictModel):
     event_retention: Duration = timedelta(days=90)
     price_retention: Duration = timedelta(days=30)
     instance_retention: Duration = timedelta(days=7)
+    # Hourly spend buckets (what `cost` and `report` break down) older than this are
+    # pruned; budgets keep running totals and jobs and attempts keep their costs, so no
+    # budget changes. At least 35 days: a month's window is rebuilt from its buckets.
+    spend_retention: Duration = timedelta(days=400)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # Two replicas on one PostgreSQL database (real seconds, judged by the database's clock):
     # the holder renews every lease_renew; if it has not renewed for lease_deadline it stops
@@ -116,6 +123,15 @@ class DaemonSettings(StrictModel):
                     ),
                 )
         return None
+
+    @field_validator("spend_retention")
+    @classmethod
+    def _spend_retention(cls, v: timedelta) -> timedelta:
+        if v < MIN_SPEND_RETENTION:
+            raise ValueError(
+                "must be at least 35d: a budget's month is rebuilt from its hourly buckets"
+            )
+        return v
 
     @field_validator("teams")
     @classmethod

@@ -1,5 +1,7 @@
 """Retention: history the daemon no longer needs is pruned, so a long-lived state directory
-stays small and a pass never slows with age. Jobs, attempts and spend are kept (money)."""
+stays small and a pass never slows with age. Jobs and attempts are kept, with their costs
+(money); the hourly spend buckets are kept `spend_retention` (budgets keep running totals,
+so pruning them changes no budget)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from sqlalchemy.engine import Engine
 from providers.base import Provider
 from scheduler.core.config import DaemonSettings
 from scheduler.core.states import JobState
-from scheduler.state.models import Event, Job, PolicyState, PriceSample
+from scheduler.state.models import Event, Job, PolicyState, PriceSample, SpendBucket
 
 log = logging.getLogger("spotwise.retention")
 
@@ -21,8 +23,9 @@ log = logging.getLogger("spotwise.retention")
 def prune(
     engine: Engine, now: datetime, settings: DaemonSettings, providers: Mapping[str, Provider]
 ) -> dict[str, int]:
-    """Delete events and price samples past their retention, the policy state of finished
-    jobs that a newer job of the same shape supersedes, and ended local instances."""
+    """Delete events, price samples and spend buckets past their retention, the policy
+    state of finished jobs that a newer job of the same shape supersedes, and ended local
+    instances."""
     out: dict[str, int] = {}
     with engine.begin() as c:
         out["policy_states"] = c.execute(_superseded_policy_states()).rowcount
@@ -31,6 +34,9 @@ def prune(
         ).rowcount
         out["prices"] = c.execute(
             sa.delete(PriceSample).where(PriceSample.observed_at < now - settings.price_retention)  # type: ignore[arg-type]
+        ).rowcount
+        out["spend_buckets"] = c.execute(
+            sa.delete(SpendBucket).where(SpendBucket.hour < now - settings.spend_retention)  # type: ignore[arg-type]
         ).rowcount
     for name, provider in providers.items():
         prune_instances = getattr(provider, "prune", None)

@@ -21,7 +21,14 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.lifecycle import STOP_ENDS
 from scheduler.core.states import AttemptEnd, AttemptState
-from scheduler.daemon.controllers.base import LIVE, Clouds, Db, safe_message, terminating
+from scheduler.daemon.controllers.base import (
+    LIVE,
+    Clouds,
+    Db,
+    SaidOnce,
+    safe_message,
+    terminating,
+)
 from scheduler.daemon.controllers.gang import node_refs, nodes_of, record_nodes
 from scheduler.state.audit import emit
 from scheduler.state.models import Attempt
@@ -45,6 +52,7 @@ class StopController:
         # Whether an attempt's own launch call is still on the wire (LaunchController): such
         # an attempt is not ended, its instance is recorded when the call lands, then stopped.
         self._in_flight = launch_in_flight or (lambda _: False)
+        self.said = SaidOnce()  # terminate_failed, once per reason and attempt
 
     def step(self, reasons: frozenset[str] | None = None) -> None:
         """Send the terminates due: every stop asked for, or only those for `reasons`."""
@@ -96,16 +104,19 @@ class StopController:
                     continue
                 a = got
                 if r.error is not None:
-                    emit(
-                        s,
-                        now,
-                        "terminate_failed",
-                        safe_message(r.error),
-                        job_id=a.job_id,
-                        attempt_id=a.id,
-                        level="warning",
-                    )
+                    msg = safe_message(r.error)
+                    if self.said.first(a.id, msg):
+                        emit(
+                            s,
+                            now,
+                            "terminate_failed",
+                            msg,
+                            job_id=a.job_id,
+                            attempt_id=a.id,
+                            level="warning",
+                        )
                     continue
+                self.said.forget(a.id)
                 first = a.terminate_sent_at is None
                 a.terminate_sent_at = now
                 s.add(a)
