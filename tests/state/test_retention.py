@@ -45,7 +45,13 @@ def test_retention_prunes_history_not_money(tmp_path):
     settings = DaemonSettings(event_retention="90d", price_retention="30d", instance_retention="7d")
     local = Pruning()
     out = prune(engine, NOW, settings, {"local": local})  # type: ignore[dict-item]
-    assert out == {"policy_states": 0, "events": 1, "prices": 1, "local_instances": 2}
+    assert out == {
+        "policy_states": 0,
+        "events": 1,
+        "prices": 1,
+        "spend_buckets": 0,
+        "local_instances": 2,
+    }
     assert local.asked == [timedelta(days=7)]
     with Session(engine) as s:
         assert [e.message for e in s.exec(select(Event)).all()] == ["10"]
