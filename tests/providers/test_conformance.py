@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from providers.base import (
+    TAG_INSTALL,
     TAG_OWNER,
     CapacityUnavailable,
     EndReason,
@@ -29,7 +30,7 @@ from providers.base import (
 from providers.fake import FakeCloud
 from tests.support.aws_harness import aws_harness
 from tests.support.azure_harness import azure_harness
-from tests.support.conformance import OWNER, Harness, StepClock
+from tests.support.conformance import INSTALL, OWNER, Harness, StepClock
 from tests.support.fakes import offering
 from tests.support.gcp_harness import gcp_harness
 
@@ -132,6 +133,8 @@ def test_tag_listing_returns_our_resources_only(h: Harness) -> None:
     assert all(isinstance(t, TaggedResource) for t in tagged)
     mine = [t for t in tagged if t.ref.id == inst.id]
     assert len(mine) == 1 and mine[0].live and mine[0].tags[TAG_OWNER] == OWNER
+    # The install id comes back on every provider: leak collection proves ownership by it.
+    assert mine[0].tags[TAG_INSTALL] == INSTALL
     assert not [t for t in h.provider.list_tagged("someone-else") if t.ref.id == inst.id]
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 from providers.base import (
     TAG_ATTEMPT,
+    TAG_INSTALL,
     TAG_JOB,
     TAG_OWNER,
     Instance,
@@ -25,6 +26,7 @@ from providers.base import (
 )
 
 OWNER = "conformance"
+INSTALL = "0123abcd4567ef89"  # a database's install id (16 hex digits: a label everywhere)
 
 
 @dataclass
@@ -48,7 +50,12 @@ class Harness:
             "offering": self.offering,
             "command": self.command,
             "env": {"SPOTWISE_JOB_ID": "j-conf"},
-            "tags": {TAG_JOB: "j-conf", TAG_ATTEMPT: f"j-conf-{token}", TAG_OWNER: OWNER},
+            "tags": {
+                TAG_JOB: "j-conf",
+                TAG_ATTEMPT: f"j-conf-{token}",
+                TAG_OWNER: OWNER,
+                TAG_INSTALL: INSTALL,
+            },
         }
         fields.update(changes)
         return LaunchRequest(**fields)  # type: ignore[arg-type]
