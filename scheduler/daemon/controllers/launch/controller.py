@@ -36,6 +36,7 @@ from scheduler.daemon.controllers.base import (
     Db,
     collections_paused,
     launching,
+    safe_message,
 )
 from scheduler.daemon.controllers.gang import (
     launching_gang,
@@ -202,6 +203,11 @@ class LaunchController:
                 built[a.id] = self.requests.build(job, a, provider, memo)
             except StoredSpecInvalid as e:
                 failed.append((a.id, AttemptEnd.REJECTED, str(e)))
+                out.append(LaunchOutcome(a.id, launched=False))
+            except Exception as e:  # this job's request alone: never every launch
+                log.exception("attempt %s: building its launch request failed", a.id)
+                why = f"its launch request could not be built: {safe_message(e)}"
+                failed.append((a.id, AttemptEnd.REJECTED, why))
                 out.append(LaunchOutcome(a.id, launched=False))
         ready = [x for x in ready if x[0].id in built]
         claim_errors = claim_stores(self.stores, ready)
