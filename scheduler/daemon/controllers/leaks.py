@@ -87,8 +87,21 @@ class LeakController:
             return
         clouds = self._clouds()
         owner = cfg.daemon.owner
+        # A provider that places nothing new (enabled = false) is listed only while some
+        # attempt still runs there: one disabled for good is not called at all.
+        names = [n for n in clouds if n not in clouds.observe_only]
+        if clouds.observe_only:
+            with self.db.read() as s:
+                busy = set(
+                    s.execute(
+                        sa.select(table_of(Attempt).c.provider)
+                        .where(table_of(Attempt).c.state.in_(LIVE))
+                        .distinct()
+                    ).scalars()
+                )
+            names += [n for n in clouds if n in clouds.observe_only and n in busy]
         listed = clouds.gather(
-            {n: (n, listing(clouds.providers[n].capabilities.label(owner))) for n in clouds}
+            {n: (n, listing(clouds.providers[n].capabilities.label(owner))) for n in names}
         )
         self._swept_at = now
         now = self.clock.now()

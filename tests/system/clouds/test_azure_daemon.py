@@ -59,7 +59,9 @@ def test_daemon_places_recovers_and_collects_on_azure(arm, prices, rg, tmp_path)
     clock = SimClock(datetime.now(UTC))
     daemon = Daemon(cfg, clock=clock)
     job_id = json.loads(cli(cfg, "submit", str(job_file), "-o", "json"))["id"]
-    assert set(daemon.reconciler.providers) == {"azure"}
+    # The disabled aws section is observe-only: built, never offered, never called idle.
+    assert set(daemon.reconciler.providers) == {"aws", "azure"}
+    assert daemon.reconciler.observe_only == {"aws"}
 
     def tick(seconds: float = 5) -> None:
         clock.advance(seconds)
@@ -91,13 +93,18 @@ def test_daemon_places_recovers_and_collects_on_azure(arm, prices, rg, tmp_path)
     assert ends[0] == "interrupted" and "launch_failed" in ends and ends[-1] is None
     assert detail["attempts"][0]["zone"] == first_zone
 
-    # A tagged NIC that belongs to no attempt is a leak: deleted after the grace.
-    arm.leak(rg, "networkInterfaces", "ghost-nic",
+    # A NIC of ours (this database's install id, this job) that belongs to no live attempt
+    # is a leak: deleted after the grace. One with only the owner tag is left alone.
+    ours = {TAG_OWNER: "spotwise", "spotwise-install": daemon.reconciler.install_id,
+            "spotwise-job": job_id, TAG_ATTEMPT: f"{job_id}-a9"}  # fmt: skip
+    arm.leak(rg, "networkInterfaces", "ghost-nic", ours, "eastus")
+    arm.leak(rg, "networkInterfaces", "other-nic",
              {TAG_OWNER: "spotwise", TAG_ATTEMPT: "ghost-a1"}, "eastus")  # fmt: skip
     tick(31)  # the next leak sweep (every grace / 4 = 30 s here) sees it: its grace starts
     assert "ghost-nic" in arm.names("networkInterfaces")
     tick(150)
     assert "ghost-nic" not in arm.names("networkInterfaces")
+    assert "other-nic" in arm.names("networkInterfaces")
 
     # Cancel: the VM is deleted and the job ends CANCELLED.
     second = status(cfg)[job_id]["instance_id"]

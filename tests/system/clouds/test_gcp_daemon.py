@@ -93,13 +93,18 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
         if e["kind"] == "pool_unavailable"
     )
 
-    # A labelled VM that belongs to no attempt is a leak: deleted after the grace.
-    fake.add_instance("us-central1-b", "sw-ghost", {"spotwise-owner": "spotwise",
+    # A VM labelled ours (this database's install id, this job) that belongs to no live
+    # attempt is a leak: deleted after the grace. One with only the owner label is left.
+    fake.add_instance("us-central1-b", "sw-ghost", {
+        "spotwise-owner": "spotwise", "spotwise-install": rec.install_id,
+        "spotwise-job": job_id, "spotwise-attempt": f"{job_id}-a9"})  # fmt: skip
+    fake.add_instance("us-central1-b", "sw-other", {"spotwise-owner": "spotwise",
                                                      "spotwise-attempt": "ghost-a1"})  # fmt: skip
     tick(31)  # the next leak sweep (at most grace / 4 apart) sees it: its grace starts
     assert any(n == "sw-ghost" for _, n in fake.instances)
     tick(150)
     assert not any(n == "sw-ghost" for _, n in fake.instances)
+    assert any(n == "sw-other" for _, n in fake.instances)
 
     second = row["instance_id"]
     cli(cfg, "cancel", job_id)
