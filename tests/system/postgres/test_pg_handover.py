@@ -122,11 +122,14 @@ def test_pool_learning_survives_a_handover(pg_url, tmp_path):
 def test_the_leak_grace_clock_survives_a_handover(pg_url, tmp_path):
     r = Replicas(pg_url, tmp_path, leak_grace="5m")
     o = r.fake.offerings()[0]
-    (leaked,) = r.fake.launch(
-        LaunchRequest(
-            "stray", o, ["x"], {}, {"spotwise-owner": "spotwise", "spotwise-attempt": "gone"}
-        )
-    )
+    job = r.submit(name="gone", gpus="H100:16")  # a job of this database, never placed
+    ours = {
+        "spotwise-owner": "spotwise",
+        "spotwise-attempt": "gone",
+        "spotwise-install": r.rec.install_id,
+        "spotwise-job": job,
+    }
+    (leaked,) = r.fake.launch(LaunchRequest("stray", o, ["x"], {}, ours))
     r.tick()
     with Session(r.engine) as s:
         seen = s.get(LeakSeen, leaked.id)
