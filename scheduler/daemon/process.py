@@ -38,9 +38,9 @@ from scheduler.core.config import Config, DaemonSettings
 from scheduler.core.errors import UserError
 from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon import systemd
-from scheduler.daemon.checkpoints import PROGRESS_READ_DEADLINE_S
+from scheduler.daemon.controllers.base import pass_bound as controllers_pass_bound
 from scheduler.daemon.metrics import Metrics
-from scheduler.daemon.reconcile import LAUNCH_ROUNDS, Reconciler
+from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for, observe_only
 from scheduler.state.db import is_postgres, open_db
 from scheduler.state.files import find_config, load_config
@@ -73,15 +73,9 @@ LOCAL_CLOCK_KEYS = ("speedup", "trace", "trace_start")
 CLOUD_SECTIONS = ("aws", "gcp", "azure")
 
 
-# The cloud waits of one pass, each at most `call_timeout`: two stop steps, observe, the
-# adoption of stale launches, up to LAUNCH_ROUNDS launch rounds, and the leak sweep's list
-# and terminate. The progress reads have their own deadline.
-PASS_CLOUD_WAITS = 2 + 1 + 1 + LAUNCH_ROUNDS + 2
-
-
 def pass_bound(d: DaemonSettings) -> float:
     """The longest a pass can take (real seconds) with every cloud at its deadline."""
-    return PASS_CLOUD_WAITS * d.call_timeout.total_seconds() + PROGRESS_READ_DEADLINE_S + 30.0
+    return controllers_pass_bound(d.call_timeout)
 
 
 def restart_only_changes(old: Config, new: Config) -> list[str]:

@@ -22,6 +22,7 @@ from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.states import AttemptState
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import (
+    LAUNCH_ROUNDS,
     CatalogHolder,
     Clouds,
     Db,
@@ -41,12 +42,9 @@ from scheduler.daemon.hooks_for_tests import CrashForTest, Steps
 from scheduler.state.installation import install_id
 from scheduler.state.models import Attempt
 
-__all__ = ["CatalogHolder", "Reconciler"]
+__all__ = ["LAUNCH_ROUNDS", "CatalogHolder", "Reconciler"]
 
 log = logging.getLogger("spotwise.reconcile")
-
-# Placement rounds per pass: a capacity error sends the job to its next offering at once.
-LAUNCH_ROUNDS = 4
 
 
 class Reconciler:

@@ -1,17 +1,16 @@
 """A hard budget holds while another cloud is slow: the stop that keeps it goes out on its
 own thread as soon as enforcement asks for it, not when a pass stuck on the slow cloud's
-calls reaches its stop step."""
+calls reaches its stop step; and the watchdog knows a slow pass from a wedged one."""
 
 from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
 
 import pytest
 from sqlmodel import Session
 
-from scheduler.core.clock import ScaledClock
+from scheduler.core.clock import SimClock
 from scheduler.core.config import BudgetSettings, Config, DaemonSettings
 from scheduler.core.jobspec import jobspec_from_dict
 from scheduler.core.states import AttemptEnd, AttemptState
@@ -19,78 +18,86 @@ from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.db import open_db
 from scheduler.state.desired import submit
 from scheduler.state.models import Attempt, Job
-from tests.support.fakes import FakeProvider, offering
+from tests.support.fakes import NOW, FakeProvider, offering
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_a_hard_budget_holds_while_another_cloud_hangs(tmp_path):
-    # Five market minutes per real second: the $0.50 budget of a $0.90/h job lasts ~7 s.
-    # Enforcement stops it 4 market minutes (0.8 real s) short of the limit; a stop that
-    # waits for a pass stuck 2 s on the slow cloud goes out 10 market minutes late.
-    clock = ScaledClock(datetime.now(UTC), 300)
+    """A pass is stuck on the slow cloud's describe; meanwhile the accrue task finds the
+    fast cloud's job about to cross its hard budget. The stop must reach the fast cloud
+    while the pass is still stuck (it used to wait for the pass: $0.075 over $0.05 here)."""
+    clock = SimClock(NOW)
     fast = FakeProvider([offering("us-east-1a", price=0.9)], name="fast")
     slow = FakeProvider([offering("us-central1-a", price=0.5, cloud="gcp")], name="slow")
     for cloud in (fast, slow):
         cloud.clock = clock
     url = f"sqlite:///{tmp_path}/db.sqlite"
-    cfg = Config(
-        daemon=DaemonSettings(
-            database_url=url,
-            state_dir=tmp_path,
-            call_timeout="2s",
-            accrue_interval="2m",
-            stop_grace="2m",
-            reconcile_interval="5s",
-        ),
-        budgets=[BudgetSettings(name="a", scope="job:a", limit_usd=0.5, window="total")],
+    daemon = DaemonSettings(
+        database_url=url,
+        state_dir=tmp_path,
+        call_timeout="30s",
+        accrue_interval="30s",
+        stop_grace="30s",
     )
-    rec = Reconciler(open_db(url), cfg, {"fast": fast, "slow": slow}, clock)
+    rec = Reconciler(open_db(url), Config(daemon=daemon), {"fast": fast, "slow": slow}, clock)
     rec.poll_prices()
     for name, cloud in (("a", "aws"), ("b", "gcp")):
         spec = jobspec_from_dict({"name": name, "command": ["t"], "clouds": [cloud]})
         submit(rec.engine, spec, clock.now(), (tmp_path / "ckpt").as_uri())
-    rec.reconcile()
-    rec.reconcile()
+    for seconds in (5, 5, 3600):
+        clock.advance(seconds)
+        rec.reconcile()
+        rec.accrue()
     assert len(fast.running()) == 1 and len(slow.running()) == 1
-    slow.faults.stall_s["describe"] = 6.0  # every pass now waits 2 s on the slow cloud
+    with Session(rec.engine) as s:
+        a_id = f"{_job_id(s, 'a')}-a1"
+        paid = s.get(Attempt, a_id).cost_usd
+    # $0.05 left: three more minutes at $0.90/h; enforcement stops it at +3 min (it
+    # keeps a minute of headroom: accrue_interval + stop_grace).
+    limit = round(paid + 0.05, 6)
+    budget = BudgetSettings(name="a", scope="job:a", limit_usd=limit, window="total")
+    rec.config = Config(daemon=daemon, budgets=[budget])
 
-    done = threading.Event()
-    daemon_stop = threading.Event()
+    entered, release = threading.Event(), threading.Event()
+    real = slow.describe
 
-    def passes() -> None:
-        while not done.is_set():
-            rec.reconcile()
+    def hanging(refs):  # type: ignore[no-untyped-def]
+        entered.set()
+        release.wait(20)
+        return real(refs)
 
-    threads = [
-        threading.Thread(target=passes, daemon=True),
-        # What the daemon starts beside its APScheduler tasks.
-        threading.Thread(target=rec.budget_stops.run, args=(daemon_stop,), daemon=True),
-    ]
-    for t in threads:
-        t.start()
+    slow.describe = hanging  # type: ignore[method-assign]
+    stop = threading.Event()
+    stuck = threading.Thread(target=rec.reconcile, daemon=True)  # one pass, stuck on slow
+    # What the daemon starts beside its APScheduler tasks.
+    stops = threading.Thread(target=rec.budget_stops.run, args=(stop,), daemon=True)
+    stuck.start()
+    stops.start()
     try:
-        start = time.monotonic()
-        while fast.running() and time.monotonic() - start < 25:
-            rec.accrue()  # the accrue task, every 15 market seconds here
-            time.sleep(0.05)
-        assert not fast.running(), "the budget never stopped the job"
-        # The job's instance ended when its terminate arrived: billed up to then.
-        end = time.monotonic()
-        while time.monotonic() - end < 10:
-            with Session(rec.engine) as s:
-                a = s.get(Attempt, f"{_job_id(s, 'a')}-a1")
-            if a.state is AttemptState.ENDED:
-                break
-            time.sleep(0.1)
+        assert entered.wait(10)
+        for _ in range(5):  # five market minutes of the accrue task while the pass hangs
+            clock.advance(60)
+            rec.accrue()
+            end = time.monotonic() + 1.0
+            while fast.running() and time.monotonic() < end:
+                time.sleep(0.02)
+        stopped_while_stuck = not fast.running() and stuck.is_alive()
     finally:
-        done.set()
-        daemon_stop.set()
+        release.set()
+        stuck.join(20)
+        stop.set()
         rec.budget_stops.wake()
-        for t in threads:
-            t.join(15)
+        stops.join(20)
+    assert stopped_while_stuck, "the budget stop waited for the pass stuck on the slow cloud"
+    for _ in range(2):
+        clock.advance(5)
+        rec.reconcile()
+        rec.accrue()
+    with Session(rec.engine) as s:
+        a = s.get(Attempt, a_id)
     assert a.state is AttemptState.ENDED and a.end_reason is AttemptEnd.BUDGET
-    assert a.cost_usd <= 0.5, f"${a.cost_usd:.2f} spent against a $0.50 hard budget"
+    assert a.cost_usd <= limit, f"${a.cost_usd:.4f} spent against a ${limit:.4f} hard budget"
     assert len(slow.running()) == 1  # the slow cloud's job was never touched
 
 

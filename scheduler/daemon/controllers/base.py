@@ -286,6 +286,21 @@ class Clouds:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
+# Placement rounds per pass: a capacity error sends the job to its next offering at once.
+LAUNCH_ROUNDS = 4
+# The cloud waits of one pass, each at most `call_timeout`: two stop steps, observe, the
+# adoption of stale launches, up to LAUNCH_ROUNDS launch rounds, and the leak sweep's list
+# and terminate. The progress reads have their own deadline.
+PASS_CLOUD_WAITS = 2 + 1 + 1 + LAUNCH_ROUNDS + 2
+
+
+def pass_bound(call_timeout: timedelta) -> float:
+    """The longest a pass can take (real seconds) with every cloud at its deadline."""
+    from scheduler.daemon.checkpoints import PROGRESS_READ_DEADLINE_S
+
+    return PASS_CLOUD_WAITS * call_timeout.total_seconds() + PROGRESS_READ_DEADLINE_S + 30.0
+
+
 # A provider that failed to describe its instances this many passes in a row is no longer
 # waited for: its attempts accrue up to now again, so a hard budget holds while a cloud's
 # API is down (and a refund follows if they had ended).

@@ -26,7 +26,14 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.controllers import budget_totals as totals
-from scheduler.daemon.controllers.base import LIVE, CatalogHolder, Db, Observations, hours
+from scheduler.daemon.controllers.base import (
+    LIVE,
+    CatalogHolder,
+    Db,
+    Observations,
+    hours,
+    pass_bound,
+)
 from scheduler.daemon.controllers.budget_totals import Ledger
 from scheduler.daemon.controllers.gang import nodes_of
 from scheduler.state.audit import emit
@@ -77,10 +84,12 @@ class SpendController:
 
     def _lag(self) -> timedelta:
         """How old a provider's last observation may be and still count as current: two
-        passes plus one call's deadline (real seconds, on the daemon's clock)."""
+        reconcile intervals plus the longest a pass can take (each of its cloud calls at its
+        deadline, a slow cloud's included), on the daemon's clock."""
         d = self._config().daemon
         speed = float(getattr(self.clock, "speedup", 1.0) or 1.0)
-        return 2 * max(d.reconcile_interval, timedelta(seconds=speed)) + d.call_timeout * speed
+        longest = timedelta(seconds=pass_bound(d.call_timeout) * speed)
+        return 2 * max(d.reconcile_interval, timedelta(seconds=speed)) + longest
 
     def seen_until(self, s: Session, now: datetime) -> dict[str, datetime]:
         """provider -> how far its live attempts accrue (Observations.until)."""
