@@ -164,7 +164,7 @@ class GcsStore(RemoteStore):
     def put_object_if(self, key: str, data: bytes, version: str | None) -> str | None:
         meta = '{"name": %s}' % _json_str(key)
         body = (
-            b'--==0==\nContent-Type: application/json; charset=UTF-8\n\n'
+            b"--==0==\nContent-Type: application/json; charset=UTF-8\n\n"
             + meta.encode()
             + b"\n--==0==\nContent-Type: application/octet-stream\n\n"
             + data
@@ -192,7 +192,11 @@ class GcsStore(RemoteStore):
         token: str | None = None
         while True:
             page = self.fs.call(
-                "GET", url, prefix=prefix, pageToken=token, fields="items(name),nextPageToken",
+                "GET",
+                url,
+                prefix=prefix,
+                pageToken=token,
+                fields="items(name),nextPageToken",
                 json_out=True,
             )
             keys.extend(item["name"] for item in page.get("items", []))
@@ -247,9 +251,7 @@ def azure_filesystem(account: str) -> Any:
 
         common = {"skip_instance_cache": True, "timeout": int(READ_TIMEOUT_S)}
         if _connection_string_fields().get("accountname") == account:
-            return AzureBlobFileSystem(
-                connection_string=os.environ[AZURE_CONNECTION_ENV], **common
-            )
+            return AzureBlobFileSystem(connection_string=os.environ[AZURE_CONNECTION_ENV], **common)
         from azure.identity.aio import DefaultAzureCredential
 
         return AzureBlobFileSystem(

@@ -199,6 +199,15 @@ def written_by(text: str | None) -> str | None:
     return job if isinstance(job, str) and job else None
 
 
+def ours(text: str | None, job_id: str | None) -> bool:
+    """A contract file that exists and was not written by another job: one naming no job
+    counts (an older trainer's, or a job's own code), one naming another job does not."""
+    if text is None:
+        return False
+    writer = written_by(text)
+    return writer is None or job_id is None or writer == job_id
+
+
 def my_job(env: dict[str, str] | None = None) -> str | None:
     """This process's job id from the environment (None outside the scheduler)."""
     return (env if env is not None else os.environ).get(ENV_JOB_ID) or None

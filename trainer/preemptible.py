@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, distributed, rng
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, contract, distributed, rng
 from trainer.checkpoint import (
     PLANS,
     RNG_KEY,
@@ -131,7 +131,7 @@ class Preemptible:
         )
         if self._agree(self.info.rank == 0 and self.fence.check()):
             self._exit(EXIT_FENCED)
-        if self.store.read_text(DONE) is not None:
+        if contract.ours(self.store.read_text(DONE), self.fence.job_id):
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             self._exit(EXIT_OK)
         self.watcher.start()
