@@ -299,8 +299,11 @@ class AzureStore(RemoteStore):
 
     def put_object_if(self, key: str, data: bytes, version: str | None) -> str | None:
         from azure.core import MatchConditions
-        from azure.core.exceptions import ResourceExistsError, ResourceModifiedError
-        from azure.core.exceptions import ResourceNotFoundError
+        from azure.core.exceptions import (
+            ResourceExistsError,
+            ResourceModifiedError,
+            ResourceNotFoundError,
+        )
 
         async def put() -> str:
             async with self.fs.service_client.get_blob_client(self.container, key) as blob:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from tests.support.store_emulators import StoreSite
 from trainer.storage import METADATA, open_store
 
