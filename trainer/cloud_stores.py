@@ -162,7 +162,7 @@ class GcsStore(RemoteStore):
         self.fs.pipe_file(self._path(key), data)
 
     def put_object_if(self, key: str, data: bytes, version: str | None) -> str | None:
-        meta = '{"name": %s}' % _json_str(key)
+        meta = _json_str({"name": key})
         body = (
             b"--==0==\nContent-Type: application/json; charset=UTF-8\n\n"
             + meta.encode()
@@ -215,10 +215,10 @@ class GcsStore(RemoteStore):
         self.fs.get_file(self._path(key), str(path))
 
 
-def _json_str(s: str) -> str:
+def _json_str(value: object) -> str:
     import json
 
-    return json.dumps(s)
+    return json.dumps(value)
 
 
 # ------------------------------------------------------------------------------ Azure
