@@ -213,7 +213,8 @@ class CheckpointStores:
                 return LocalStore(loc.path).write_if(name, text, version)
             return self._store(uri).write_if(name, text, version)
         except OSError as e:
-            raise StoreError(f"cannot write {loc.url(name) if not loc.is_local else name}: {e}")
+            where = name if loc.is_local else loc.url(name)
+            raise StoreError(f"cannot write {where}: {e}") from None
         except Exception as e:
             raise self._remote_error(uri, name, e) from None
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import socket
@@ -168,7 +169,7 @@ def _new_bucket(kind: str, env: dict[str, str], name: str) -> None:
             aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
         ).create_bucket(Bucket=name)
     elif kind == "gs":
-        body = ('{"name": "%s"}' % name).encode()
+        body = json.dumps({"name": name}).encode()
         req = urllib.request.Request(
             f"{env['STORAGE_EMULATOR_HOST']}/storage/v1/b?project=test",
             data=body,
