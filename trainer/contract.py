@@ -147,6 +147,23 @@ def parse_uri(uri: str, *, absolute: bool = False) -> Location:
     )
 
 
+def canonical_uri(uri: str) -> str:
+    """One spelling per store, so two jobs naming one store are seen to (``/x/y/`` and
+    ``file:///x/y`` are one directory; ``gs://b/p/`` and ``gs://b/p`` one prefix). A URI
+    that does not parse is returned as given."""
+    try:
+        loc = parse_uri(uri)
+    except ValueError:
+        return uri
+    if loc.is_local:
+        assert loc.path is not None
+        if not loc.path.is_absolute():
+            return uri
+        return Path(os.path.normpath(loc.path)).as_uri()
+    at = f"@{loc.account}" if loc.account else ""
+    return f"{loc.scheme}://{loc.bucket}{at}/{loc.prefix}".rstrip("/")
+
+
 def to_uri(path: Path) -> str:
     """The file:// URI of a local directory (escapes as RFC 8089 wants them)."""
     return path.resolve().as_uri()

@@ -48,7 +48,7 @@ def submit(
     check_team(spec, cfg, source=str(job_file))
     remember_database_urls()
     engine = open_existing(cfg.daemon.resolved_database_url())
-    job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root())
+    job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root(), source=str(job_file))
     warn_if_no_daemon(cfg, engine)
     if output is Output.json:
         print_json(read_models.document(id=job.id, name=job.name, state=job.state.value))
