@@ -131,15 +131,15 @@ def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="bench-stores-") as t:
         results = [
-            measure(kind, args.size_mb, args.repeats, Path(t))
-            for kind in args.stores.split(",")
+            measure(kind, args.size_mb, args.repeats, Path(t)) for kind in args.stores.split(",")
         ]
     commit = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
+    machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     doc = {
         "commit": commit,
-        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "machine": machine,
         "size_mb": args.size_mb,
         "results": results,
     }

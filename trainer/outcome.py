@@ -92,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code else 0
     try:
         contract.parse_uri(ns.uri)
-    except ValueError as e:
+        open_store(ns.uri)  # an az:// store with no account is refused here, before CMD
+    except Exception as e:  # ValueError, StoreUnavailable, a store library missing
         print(f"{PROG}: error: --uri: {e}", file=sys.stderr)
         return EXIT_USAGE
     if only_record:
