@@ -28,9 +28,26 @@ from trainer.storage import RemoteStore, StoreUnavailable
 S3_ENDPOINT_ENV = "SPOTWISE_S3_ENDPOINT_URL"
 GCS_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 AZURE_CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
-# Seconds one request to a store may take before it counts as failed.
+# Seconds one request to a store may take before it counts as failed (the trainer's: a
+# checkpoint shard is large). The daemon passes shorter ones (`Timeouts`): a pass must not
+# wait a minute on one store.
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
+
+
+class Timeouts:
+    """Connect and read timeouts, in seconds, and how many tries a request gets."""
+
+    def __init__(
+        self, connect: float = CONNECT_TIMEOUT_S, read: float = READ_TIMEOUT_S, tries: int = 3
+    ) -> None:
+        self.connect, self.read, self.tries = connect, read, tries
+
+    def key(self) -> str:
+        return f"{self.connect}/{self.read}/{self.tries}"
+
+
+TRAINER = Timeouts()
 
 _lock = threading.Lock()
 _clients: dict[tuple[str, str], Any] = {}
@@ -49,7 +66,7 @@ def _shared(kind: str, key: str, make: Any) -> Any:
 class S3Store(RemoteStore):
     """``s3://bucket/prefix``; endpoint from $SPOTWISE_S3_ENDPOINT_URL or $AWS_ENDPOINT_URL_S3."""
 
-    def __init__(self, uri: str, staging: Path) -> None:
+    def __init__(self, uri: str, staging: Path, timeouts: Timeouts = TRAINER) -> None:
         super().__init__(uri, staging)
         self.bucket = self.location.bucket
         endpoint = os.environ.get(S3_ENDPOINT_ENV) or os.environ.get("AWS_ENDPOINT_URL_S3")
@@ -62,13 +79,13 @@ class S3Store(RemoteStore):
                 "s3",
                 endpoint_url=endpoint or None,
                 config=Config(
-                    connect_timeout=CONNECT_TIMEOUT_S,
-                    read_timeout=READ_TIMEOUT_S,
-                    retries={"mode": "standard", "max_attempts": 3},
+                    connect_timeout=timeouts.connect,
+                    read_timeout=timeouts.read,
+                    retries={"mode": "standard", "total_max_attempts": timeouts.tries},
                 ),
             )
 
-        self.s3 = _shared("s3", endpoint or "", make)
+        self.s3 = _shared("s3", f"{endpoint or ''}|{timeouts.key()}", make)
 
     def get_object(self, key: str) -> tuple[bytes | None, str | None]:
         from botocore.exceptions import ClientError
@@ -120,7 +137,7 @@ class S3Store(RemoteStore):
 
 
 # -------------------------------------------------------------------------------- GCS
-def gcs_filesystem() -> Any:
+def gcs_filesystem(timeouts: Timeouts = TRAINER) -> Any:
     """gcsfs over the JSON API (never its gRPC probe of the bucket type, which an emulator
     does not serve); Application Default Credentials, or none against an emulator."""
 
@@ -131,20 +148,20 @@ def gcs_filesystem() -> Any:
         return GCSFileSystem(
             token=token,
             cache_timeout=0,  # a version read from a cached listing would be stale
-            requests_timeout=READ_TIMEOUT_S,
+            requests_timeout=timeouts.read,
             skip_instance_cache=True,
         )
 
-    return _shared("gs", os.environ.get(GCS_EMULATOR_ENV, ""), make)
+    return _shared("gs", f"{os.environ.get(GCS_EMULATOR_ENV, '')}|{timeouts.key()}", make)
 
 
 class GcsStore(RemoteStore):
     """``gs://bucket/prefix``: versions are object generations."""
 
-    def __init__(self, uri: str, staging: Path) -> None:
+    def __init__(self, uri: str, staging: Path, timeouts: Timeouts = TRAINER) -> None:
         super().__init__(uri, staging)
         self.bucket = self.location.bucket
-        self.fs = gcs_filesystem()
+        self.fs = gcs_filesystem(timeouts)
 
     def _path(self, key: str) -> str:
         return f"{self.bucket}/{key}"
@@ -242,14 +259,19 @@ def _connection_string_fields() -> dict[str, str]:
     return {k.strip().lower(): v for k, _, v in fields}
 
 
-def azure_filesystem(account: str) -> Any:
+def azure_filesystem(account: str, timeouts: Timeouts = TRAINER) -> Any:
     """adlfs for `account`: the connection string when it names that account (Azurite),
     else DefaultAzureCredential (a managed identity, the CLI's login, workload identity)."""
 
     def make() -> Any:
         from adlfs import AzureBlobFileSystem
 
-        common = {"skip_instance_cache": True, "timeout": int(READ_TIMEOUT_S)}
+        common = {
+            "skip_instance_cache": True,
+            "timeout": int(timeouts.read),
+            "connection_timeout": int(timeouts.connect),
+            "read_timeout": int(timeouts.read),
+        }
         if _connection_string_fields().get("accountname") == account:
             return AzureBlobFileSystem(connection_string=os.environ[AZURE_CONNECTION_ENV], **common)
         from azure.identity.aio import DefaultAzureCredential
@@ -258,16 +280,17 @@ def azure_filesystem(account: str) -> Any:
             account_name=account, credential=DefaultAzureCredential(), anon=False, **common
         )
 
-    return _shared("az", account + "|" + os.environ.get(AZURE_CONNECTION_ENV, ""), make)
+    key = f"{account}|{os.environ.get(AZURE_CONNECTION_ENV, '')}|{timeouts.key()}"
+    return _shared("az", key, make)
 
 
 class AzureStore(RemoteStore):
     """``az://container@account/prefix``: versions are blob ETags."""
 
-    def __init__(self, uri: str, staging: Path) -> None:
+    def __init__(self, uri: str, staging: Path, timeouts: Timeouts = TRAINER) -> None:
         super().__init__(uri, staging)
         self.container = self.location.bucket
-        self.fs = azure_filesystem(azure_account(self.location))
+        self.fs = azure_filesystem(azure_account(self.location), timeouts)
 
     def _path(self, key: str) -> str:
         return f"{self.container}/{key}"
@@ -362,13 +385,13 @@ class AzureStore(RemoteStore):
         self.fs.get_file(self._path(key), str(path))
 
 
-def open_remote(uri: str, staging: Path) -> RemoteStore:
+def open_remote(uri: str, staging: Path, timeouts: Timeouts = TRAINER) -> RemoteStore:
     """The store of a remote URI (s3://, gs://, az://)."""
     scheme = contract.parse_uri(uri).scheme
     if scheme == "s3":
-        return S3Store(uri, staging)
+        return S3Store(uri, staging, timeouts)
     if scheme == "gs":
-        return GcsStore(uri, staging)
+        return GcsStore(uri, staging, timeouts)
     if scheme == "az":
-        return AzureStore(uri, staging)
+        return AzureStore(uri, staging, timeouts)
     raise ValueError(f"not a remote store: {uri!r}")

@@ -128,7 +128,9 @@ class CheckpointStores:
 
         if self._endpoint:
             os.environ.setdefault(S3_ENDPOINT_ENV, self._endpoint)
-        store = cloud_stores.open_remote(uri, storage.staging_for(_location(uri)))
+        connect, read = self._timeouts
+        timeouts = cloud_stores.Timeouts(connect, read, tries=2)
+        store = cloud_stores.open_remote(uri, storage.staging_for(_location(uri)), timeouts)
         with self._lock:
             return self._remote.setdefault(uri, store)
 
