@@ -15,7 +15,7 @@ DDP and FSDP2 work), any other object with ``state_dict()``/``load_state_dict()`
 scheduler, a GradScaler) and plain values (ints, floats, tensors), restored in place. The
 per-rank RNG (python, numpy, torch, this rank's CUDA device) is saved and restored, so a
 loop whose data depends only on the step resumes bit-exactly. It is the same machinery as
-``python -m trainer``: the store and atomic ``latest`` (local, file:// or s3://),
+``python -m trainer``: the store and atomic ``latest`` (local, s3://, gs:// or az://),
 ``progress.json`` and ``DONE``, the notice watchers of $SPOTWISE_CLOUD plus SIGTERM, the
 owner fence (exit 76) and the notice deadline. On several GPUs, launch the script with
 ``python -m trainer.launch --nproc-per-node N script.py`` (plain torchrun turns 75 into 1).
