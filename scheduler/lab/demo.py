@@ -275,7 +275,7 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
     return 0 if ok else 1
 
 
-def _settled(state: JobState) -> bool:
+def _done_or_held(state: JobState) -> bool:
     return state.terminal or state is JobState.HELD
 
 
@@ -286,7 +286,7 @@ def _watch(engine, ids, capped, daemon, console: Console, started: float) -> Non
             rows = job_rows(engine)
             live.update(Group(_live_table(rows), Text(f"{time.monotonic() - started:.0f} s")))
             states = {r["id"]: JobState(r["state"]) for r in rows}
-            if all(_settled(states[i]) for i in ids if i != capped):
+            if all(_done_or_held(states[i]) for i in ids if i != capped):
                 return
             if daemon.poll() is not None:
                 raise RuntimeError("the daemon exited; see daemon.log in the demo directory")
