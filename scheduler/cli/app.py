@@ -37,7 +37,7 @@ COMMANDS = (
     Command(
         "status", "status", "One row per job, active and newest first: what it is doing and why."
     ),
-    Command("show", "show", "One job: attempts, events, cost."),
+    Command("show", "show", "One job: what it asked for, attempts and why each ended, events, cost."),
     Command(
         "logs",
         "logs",
@@ -58,7 +58,7 @@ COMMANDS = (
     Command(
         "budget",
         "spend",
-        "Each budget: limit, window, spent, projected to the window's end, state.",
+        "Each budget the daemon enforces: limit, window, spent, projected, state.",
     ),
     Command(
         "cost",
@@ -70,7 +70,7 @@ COMMANDS = (
         "spend",
         "Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours.",
     ),
-    Command("events", "show", "The audit log: what the daemon decided and why."),
+    Command("events", "show", "The audit log: what the daemon decided and why, and who asked."),
     Command(
         "check-config", "admin", "Validate a config file; exit 2 with one message per problem."
     ),

@@ -7,6 +7,7 @@ All three read the hourly spend the budgets use, so their figures always agree.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Annotated, Any
 
 import typer
 
+from scheduler.cli.columns import Col, layout, lines
 from scheduler.cli.common import (
     ConfigOpt,
     Output,
@@ -23,6 +25,7 @@ from scheduler.cli.common import (
     out_console,
     print_err,
     print_json,
+    screen_clock,
     terminal_width,
     when,
 )
@@ -30,44 +33,55 @@ from scheduler.cli.common import (
 commands = typer.Typer()
 
 
+BUDGET_COLUMNS = (
+    Col("NAME"),
+    Col("SCOPE"),
+    Col("LIMIT", right=True),
+    Col("WINDOW"),
+    Col("KIND"),
+    Col("SPENT", right=True),
+    Col("BURN/H", 2, right=True),
+    Col("PROJECTED", 1, right=True),
+    Col("STATE"),
+)
+
+
 @commands.command()
 def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
-    """Each budget: limit, window, spent, projected to the window's end, state."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from scheduler.daemon.wiring import clock_for
+    """Each budget the daemon enforces: limit, window, spent, projected, state."""
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config)
-    rows = read_models.budget_rows(engine, cfg, clock_for(cfg, read_only=True).now())
+    cfg, engine = open_engine(config, warn=output is not Output.json)
+    rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
     if output is Output.json:
         print_json(read_models.document(budgets=rows))
         return
-    t = Table(
-        title="budgets",
-        title_justify="left",
-        caption="PROJECTED: spend at the end of the current window if BURN/H goes on "
-        "(none for a total window)",
-        caption_justify="left",
+    if not rows:
+        print_err("no budgets configured ([[budgets]] in the daemon's config)")
+        return
+    cells = [
+        {
+            "NAME": r["name"],
+            "SCOPE": r["scope"],
+            "LIMIT": money(r["limit_usd"]),
+            "WINDOW": r["window"],
+            "KIND": "hard" if r["hard"] else "soft",
+            "SPENT": money(r["spent_usd"]),
+            "BURN/H": money(r["burn_per_hour"]),
+            "PROJECTED": money(r["projected_usd"]),
+            "STATE": r["state"],
+        }
+        for r in rows
+    ]
+    width = terminal_width()
+    for line in lines(layout(BUDGET_COLUMNS, cells, width), cells):
+        sys.stdout.write(line + "\n")
+    print_err(
+        "PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)"
     )
-    for c in ("NAME", "SCOPE", "WINDOW", "LIMIT", "SPENT", "BURN/H", "PROJECTED", "KIND", "STATE"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(
-            *(Text(x) for x in (r["name"], r["scope"])),
-            r["window"],
-            money(r["limit_usd"]),
-            money(r["spent_usd"]),
-            money(r["burn_per_hour"]),
-            money(r["projected_usd"]),
-            "hard" if r["hard"] else "soft",
-            Text(r["state"]),
-        )
-    out_console().print(t)
 
 
-def _since(text: str | None, now: datetime) -> datetime | None:
+def parse_since(text: str | None, now: datetime) -> datetime | None:
     """'7d' (back from now) or an ISO time; None for no bound."""
     if not text:
         return None
@@ -104,12 +118,11 @@ def cost(
     from rich.table import Table
     from rich.text import Text
 
-    from scheduler.daemon.wiring import clock_for
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config)
-    now = clock_for(cfg, read_only=True).now()
-    start, end = _since(since, now), _since(until, now)
+    cfg, engine = open_engine(config, warn=output is not Output.json)
+    now = screen_clock(cfg).daemon_now()
+    start, end = parse_since(since, now), parse_since(until, now)
     rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
     if output is Output.json:
@@ -147,13 +160,13 @@ def report(
     output: OutputOpt = Output.table,
 ) -> None:
     """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
-    from scheduler.daemon.wiring import build_providers, clock_for
+    from scheduler.daemon.wiring import build_providers
     from scheduler.state import read_models
     from scheduler.state import report as rep
 
-    cfg, engine = open_engine(config)
-    now = clock_for(cfg, read_only=True).now()
-    start, end = _since(since, now), _since(until, now)
+    cfg, engine = open_engine(config, warn=output is not Output.json)
+    now = screen_clock(cfg).daemon_now()
+    start, end = parse_since(since, now), parse_since(until, now)
     rules = cfg.budget_rules()
     facts = rep.load(engine, start, end, now, rules)
     offerings, problems = rep.ondemand_offerings(build_providers(cfg, read_only=True))

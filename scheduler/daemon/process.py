@@ -43,6 +43,7 @@ from scheduler.state.db import is_postgres, open_db
 from scheduler.state.files import find_config, load_config
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
+from scheduler.state.running_config import changes, record, summary
 
 log = logging.getLogger("spotwise.daemon")
 
@@ -111,7 +112,7 @@ class Daemon:
             self.engine = open_db(url)
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
-            self.record.claim(_version())
+            self.record.claim(_version(), record(self.config, self.config_path))
         self.reconciler = Reconciler(
             self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
         )
@@ -261,17 +262,52 @@ class Daemon:
         except Exception as e:  # a provider that cannot be built keeps the old ones
             log.error("config reload rejected: %s", str(e).splitlines()[0] if str(e) else e)
             return
+        changed_keys = changes(self.config, new)
         self.config = new
         self.reconciler.config = new
         self.reconciler.providers = providers
         self._schedule()
-        log.info("config reloaded from %s", self.config_path or "defaults")
+        self._record_config()
+        log.info(
+            "config reloaded from %s: %s",
+            self.config_path or "built-in defaults",
+            f"{len(changed_keys)} change(s)" if changed_keys else "nothing changed",
+        )
+        for line in changed_keys:
+            log.info("config reloaded: %s", line)
+
+    def _record_config(self) -> None:
+        """What this daemon runs with, beside its heartbeat (the CLI shows it)."""
+        text = record(self.config, self.config_path)
+        try:
+            if self.lease is not None:
+                self.lease.record_config(text)
+            elif self.record is not None:
+                self.record.record_config(text)
+        except Exception as e:  # the record is for people; the daemon goes on without it
+            log.warning("could not record the running config: %s", str(e).splitlines()[0])
+
+    def _banner(self) -> None:
+        """What this daemon runs with, first thing in its log: which file, where its state
+        is, which providers and budgets, where its metrics are."""
+        facts = summary(self.config)
+        log.info(
+            "spotwise %s starting: config %s; state directory %s; database %s",
+            _version(),
+            self.config_path or "built-in defaults (no config file)",
+            facts["state_dir"],
+            facts["database"],
+        )
+        log.info("providers: %s; teams: %s", facts["providers"], facts["teams"])
+        log.info("budgets: %s", facts["budgets"])
+        log.info("metrics: %s", facts["metrics"])
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> int:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        self._banner()
         if self.config.daemon.metrics_port is not None:
             self.metrics.serve(self.config.daemon.metrics_port)
         if self.lease is not None:
@@ -280,6 +316,7 @@ class Daemon:
                 self.lease.close()
                 return 0
             self.lease.start()
+            self._record_config()
             log.info("holding the lease (epoch %s): this daemon mutates", self.lease.epoch)
         systemd.notify("STATUS=first price poll")
         # Budgets first: a restarted daemon enforces hard limits before it launches anything.

@@ -23,7 +23,10 @@ def new_job_id() -> str:
     return "j-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-def submit(engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str) -> Job:
+def submit(
+    engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str, submitted_by: str = ""
+) -> Job:
+    """Enqueue `spec` as a new PENDING job; `submitted_by` is the Unix user who asked."""
     job_id = new_job_id()
     uri = spec.checkpoint or f"{checkpoint_root.rstrip('/')}/{job_id}"
     job = Job(
@@ -37,10 +40,18 @@ def submit(engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str) -
         created_at=now,
         updated_at=now,
         deadline=spec.deadline_at(now),
+        submitted_by=submitted_by,
     )
     with Session(engine) as s:
         s.add(job)
-        emit(s, now, "submitted", f"{spec.name} ({', '.join(spec.gpus)})", job_id=job_id)
+        emit(
+            s,
+            now,
+            "submitted",
+            f"{spec.name} ({', '.join(spec.gpus)})",
+            job_id=job_id,
+            actor=submitted_by or None,
+        )
         s.commit()
         s.refresh(job)
     return job
@@ -62,7 +73,7 @@ def resolve(session: Session, ref: str) -> Job:
     raise UserError(f"no job {ref!r} (use an id from 'spotwise status')")
 
 
-def cancel(engine: Engine, ref: str, now: datetime) -> Job:
+def cancel(engine: Engine, ref: str, now: datetime, actor: str | None = None) -> Job:
     with Session(engine) as s:
         job = resolve(s, ref)
         if job.state.terminal:
@@ -70,7 +81,7 @@ def cancel(engine: Engine, ref: str, now: datetime) -> Job:
         job.cancel_requested = True
         job.updated_at = now
         s.add(job)
-        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id)
+        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id, actor=actor)
         s.commit()
         s.refresh(job)
         return job

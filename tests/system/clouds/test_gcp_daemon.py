@@ -85,7 +85,7 @@ def test_daemon_places_preempts_recovers_and_cancels_on_gcp(fake: FakeGcp, tmp_p
     ends = [(a["zone"], a["end_reason"]) for a in detail["attempts"]]
     assert ends == [(first_zone, "interrupted"), (other, "launch_failed"), (first_zone, None)]
     kinds = [e["kind"] for e in detail["events"]]
-    assert "attempt_interrupted" in kinds and "launch_failed" in kinds
+    assert "attempt_interrupted" in kinds and "attempt_launch_failed" in kinds
     events = json.loads(cli(cfg, "events", "-o", "json"))["events"]
     assert any(
         f"gcp/{other}/" in e["message"] and "ZONE_RESOURCE_POOL_EXHAUSTED" in e["message"]
