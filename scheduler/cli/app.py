@@ -86,9 +86,42 @@ COMMANDS = (
 
 
 def version_line() -> str:
-    """'spotwise X.Y.Z', from the installed distribution's metadata ('unknown' in a source
-    tree never installed). The metadata file is read directly where it is found on the path:
-    importing importlib.metadata to find it costs more than the rest of `--version`."""
+    """'spotwise X.Y.Z (database schema NNNN)': the version from the installed
+    distribution's metadata ('unknown' in a source tree never installed) and the schema this
+    spotwise needs (a database at another one is upgraded by `spotwise db upgrade`)."""
+    return f"{_version()} (database schema {schema_head()})\n"
+
+
+def schema_head() -> str:
+    """The newest migration's revision, read from the migration files as
+    scheduler.state.db.head_revision reads them (a test holds the two to the same answer),
+    without importing the state package (pydantic, SQLAlchemy) for `--version`."""
+    import re
+
+    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "state", "migrations",
+                          "versions")  # fmt: skip
+    revisions: dict[str, str | None] = {}
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return "unknown"
+    for name in names:
+        if not (name[:1].isdigit() and name.endswith(".py")):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = f.read()
+        rev = re.search(r'^revision\s*=\s*"([^"]+)"', text, re.M)
+        down = re.search(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', text, re.M)
+        if rev and down:
+            revisions[rev.group(1)] = down.group(1)
+    heads = set(revisions) - set(revisions.values())
+    return heads.pop() if len(heads) == 1 else "unknown"
+
+
+def _version() -> str:
+    """'spotwise X.Y.Z', from the installed distribution's metadata. The metadata file is
+    read directly where it is found on the path: importing importlib.metadata to find it
+    costs more than the rest of `--version`."""
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
@@ -98,13 +131,13 @@ def version_line() -> str:
             if name.startswith("spotwise-") and name.endswith(".dist-info"):
                 version = _metadata_version(os.path.join(entry, name, "METADATA"))
                 if version:
-                    return f"spotwise {version}\n"
+                    return f"spotwise {version}"
     try:
         from importlib.metadata import version as installed
 
-        return f"spotwise {installed('spotwise')}\n"
+        return f"spotwise {installed('spotwise')}"
     except Exception:  # running from a source tree that was never installed
-        return "spotwise unknown\n"
+        return "spotwise unknown"
 
 
 def _metadata_version(path: str) -> str | None:

@@ -40,10 +40,7 @@ class Format(StrEnum):
     json = "json"
 
 
-CONFIG_HELP = (
-    "Config file; else $SPOTWISE_CONFIG, ./spotwise.toml, /etc/spotwise/spotwise.toml, "
-    "else the local market's defaults"
-)
+CONFIG_HELP = "Config file (else $SPOTWISE_CONFIG, ./spotwise.toml, /etc/spotwise/spotwise.toml)"
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", metavar="FILE", help=CONFIG_HELP)
 ]

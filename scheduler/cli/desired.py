@@ -49,7 +49,7 @@ def submit(
     if dry_run:
         from scheduler.cli.plan import dry_run as print_plan
 
-        print_plan(job_file, config, Format(output.value))
+        print_plan(job_file, config, Format(str(output)))
         return
     from scheduler.core.config import check_team
     from scheduler.daemon.wiring import clock_for
@@ -68,7 +68,7 @@ def submit(
     engine = open_existing(cfg.daemon.resolved_database_url())
     job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root(), unix_user())
     warn_if_no_daemon(cfg, engine)
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(id=job.id, name=job.name, state=job.state.value))
     else:
         out_console().print(job.id)
@@ -79,7 +79,7 @@ def cancel(
     job: Annotated[
         str | None,
         typer.Argument(
-            metavar="[JOB]", help="Job id, id prefix or name", autocompletion=complete_jobs
+            metavar="JOB", help="Job id, id prefix or name", autocompletion=complete_jobs
         ),
     ] = None,
     team: Annotated[

@@ -66,7 +66,7 @@ def dry_run(job_file: Path, given: Path | None, output: Format) -> None:
         engine = open_existing(own.daemon.resolved_database_url())
     except UserError:
         engine = None  # no daemon has run here yet: no spend, no pool history
-    cfg = daemon_config(own, engine, given, warn=output is Format.table) if engine else own
+    cfg = daemon_config(own, engine, given, warn=output == "table") if engine else own
     clock = clock_for(cfg, read_only=True)
     now = clock.now()
     spec.validate_for_submit(now, source=str(job_file))
@@ -114,7 +114,7 @@ def dry_run(job_file: Path, given: Path | None, output: Format) -> None:
     ]
     for p in problems:
         print_err(f"warning: {p}")
-    if output is Format.json:
+    if output == "json":
         from scheduler.state.read_models import document
 
         print_json(document(**_plan_doc(spec, job_file, result, budgets, provider_of, now)))

@@ -67,7 +67,7 @@ def prices(
     )
     for p in problems:
         print_err(f"warning: {p}")
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(offerings=rows, errors=problems))
         return
     if not rows:

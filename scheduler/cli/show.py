@@ -71,7 +71,7 @@ def show(job: JobArg, config: ConfigOpt = None, output: OutputOpt = Output.table
         spec["env_visible"] = env_visible_to(doc["job"]["submitted_by"])
         if not spec["env_visible"]:
             spec["env"] = dict.fromkeys(spec.get("env") or {}, "***")
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(**doc))
         return
     _print_show(doc, screen_clock(cfg), db)
@@ -131,10 +131,10 @@ def events(
         )
 
     rows = read()
-    if output is Output.json and not follow:
+    if output == "json" and not follow:
         print_json(read_models.document(events=rows))
         return
-    printer = EventPrinter(screen, db, wide=output is Output.wide, json_lines=output is Output.json)
+    printer = EventPrinter(screen, db, wide=output == "wide", json_lines=output == "json")
     printer.print(rows, headers=True)
     if not follow:
         return
@@ -225,7 +225,7 @@ class EventPrinter:
             print_err("no events" + ("" if self.keep is None else " yet"))
         cols = self.columns(rows)
         cells = self.cells(rows)
-        lay = layout(cols, cells, self.width, shrink=(("MESSAGE", 12),), wide=self.wide,
+        lay = layout(cols, cells, self.width, shrink=(("MESSAGE", 40), ("MESSAGE", 12)), wide=self.wide,
                      keep=self.keep)  # fmt: skip
         if self.keep is None:
             self.keep = lay.names

@@ -51,9 +51,9 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
     """Each budget the daemon enforces: limit, window, spent, projected, state."""
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output is not Output.json)
+    cfg, engine = open_engine(config, warn=output != "json")
     rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(budgets=rows))
         return
     if not rows:
@@ -120,12 +120,12 @@ def cost(
 
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output is not Output.json)
+    cfg, engine = open_engine(config, warn=output != "json")
     now = screen_clock(cfg).daemon_now()
     start, end = parse_since(since, now), parse_since(until, now)
     rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
-    if output is Output.json:
+    if output == "json":
         print_json(
             read_models.document(by=by.value, since=start, until=end, total_usd=total, costs=rows)
         )
@@ -164,7 +164,7 @@ def report(
     from scheduler.state import read_models
     from scheduler.state import report as rep
 
-    cfg, engine = open_engine(config, warn=output is not Output.json)
+    cfg, engine = open_engine(config, warn=output != "json")
     now = screen_clock(cfg).daemon_now()
     start, end = parse_since(since, now), parse_since(until, now)
     rules = cfg.budget_rules()
@@ -176,7 +176,7 @@ def report(
 
         _write_text(html, render(doc))
         print_err(f"wrote {html}")
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(**doc.to_dict()))
         return
     _print_report(doc)

@@ -29,6 +29,7 @@ from scheduler.cli.common import (
     money,
     open_reads,
     out_console,
+    pool_label,
     print_daemon_warning,
     print_err,
     screen_clock,
@@ -78,6 +79,10 @@ def _status_cells(r: dict[str, Any], now: datetime, screen: ScreenClock | None =
     created = screen.wall(r["created_at"]) if screen is not None else r["created_at"]
     price = r["price_per_hour"]
     nodes = r.get("nodes") or 1
+    reason = r["reason"] or "-"
+    if r.get("provider") == "local" and r["cloud"]:
+        pool = f"{r['cloud']}/{r['zone']}/{r['instance_type']}/{r['market']}"
+        reason = reason.replace(pool, pool_label("local", pool))
     return {
         "ID": r["id"],
         "NAME": r["name"],
@@ -91,7 +96,7 @@ def _status_cells(r: dict[str, Any], now: datetime, screen: ScreenClock | None =
         "COST": money(r["cost_usd"]),
         "PROGRESS": prog,
         "RECOV": str(r["recoveries"]),
-        "REASON": r["reason"] or "-",
+        "REASON": reason,
     }
 
 
@@ -203,7 +208,7 @@ def status(
     bad = [x for x in states if x.upper() not in known]
     if bad:
         raise UserError(f"unknown state {bad[0]!r}: use one of {', '.join(sorted(known))}")
-    cfg, db = open_reads(config, warn=output is not Output.json)
+    cfg, db = open_reads(config, warn=output != "json")
     screen = screen_clock(cfg)
 
     def rows(iso_times: bool = False) -> list[dict[str, Any]]:
@@ -224,7 +229,7 @@ def status(
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
-    if output is Output.json:
+    if output == "json":
         if watch:
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
@@ -247,7 +252,7 @@ def status(
         if failing:
             raise typer.Exit(3)
         return
-    wide = output is Output.wide
+    wide = output == "wide"
     width = terminal_width()
     on_terminal = stdout_is_terminal()
     kept: list[list[str]] = []  # a watcher's columns, chosen on its first frame

@@ -117,7 +117,7 @@ class Daemon:
             self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
         )
         self._scheduler: BackgroundScheduler | None = None
-        self.metrics = Metrics()
+        self.metrics = Metrics(_version(), _schema())
         self._last_pass = time.monotonic()
 
     def _install_handlers(self) -> None:
@@ -140,9 +140,17 @@ class Daemon:
                     getattr(self.reconciler, name)()
             if name == "reconcile":
                 self._last_pass = time.monotonic()
+                self.metrics.passed()
                 self._beat()
             if name == "accrue":
-                self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
+                holder = self.reconciler.catalogs
+                self.metrics.refresh(
+                    self.engine,
+                    holder.catalog,
+                    self.config,
+                    self.clock.now(),
+                    holder.provider_of_pool,
+                )
         except Exception:
             self.metrics.task_errors.labels(name).inc()
             log.exception("task %s failed; will run again on its next tick", name)
@@ -329,7 +337,15 @@ class Daemon:
         self._schedule()
         self._scheduler.start()
         systemd.notify("READY=1")
-        log.info("spotwise daemon running (providers: %s)", ", ".join(self.reconciler.providers))
+        log.info(
+            "spotwise daemon running (providers: %s)",
+            ", ".join(self.reconciler.providers) or "none",
+        )
+        if not self.reconciler.providers:
+            log.warning(
+                "no provider configured: nothing will be placed until [providers.aws], "
+                "[providers.gcp] or [providers.azure] is set (then reload: SIGHUP)"
+            )
         watchdog = systemd.watchdog_seconds()
         while not self._stop.is_set():
             if self._reload.wait(0.2):
@@ -365,6 +381,12 @@ class Daemon:
             self.lock.release()
         log.info("stopped")
         return 0
+
+
+def _schema() -> str:
+    from scheduler.state.db import head_revision
+
+    return head_revision()
 
 
 def _version() -> str:
