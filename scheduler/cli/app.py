@@ -169,6 +169,11 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(version_line())
         return
+    if "_SPOTWISE_COMPLETE" in os.environ:  # a shell's TAB: the common ones without Typer
+        from scheduler.cli.completion import answer
+
+        if answer():
+            return
     try:
         __getattr__("app")()
     except Exception as e:

@@ -393,55 +393,13 @@ def unix_user() -> str:
         return str(os.geteuid())
 
 
-# Shell completion (spotwise --install-completion): each TAB runs the command line up to
-# the callback; these read the database with sqlite3 only, at most COMPLETIONS rows, and
-# answer nothing rather than fail.
-COMPLETIONS = 50
-
-
 def complete_jobs(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
-    """Job ids and names starting with what was typed, active and newest first, each with
-    its name (or id) and state as help."""
-    try:
-        db = _completion_db(ctx)
-        if db is None:
-            return []
-        from scheduler.state.read_connection import reading
-
-        like = incomplete.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        with reading(db) as query:
-            rows = query(
-                "SELECT id, name, state FROM job WHERE id LIKE ? ESCAPE '\\' "
-                "OR name LIKE ? ESCAPE '\\' ORDER BY created_at DESC LIMIT ?",
-                (like, like, COMPLETIONS * 2),
-            )
-    except Exception:  # a completion never prints a traceback into the shell
-        return []
-    active = [r for r in rows if r[2] not in _FINISHED] + [r for r in rows if r[2] in _FINISHED]
-    out: dict[str, str] = {}
-    for job_id, name, state in active:
-        if job_id.startswith(incomplete):
-            out.setdefault(job_id, f"{name} {state}")
-        if name.startswith(incomplete):
-            out.setdefault(name, f"{job_id} {state}")
-    return list(out.items())[:COMPLETIONS]
-
-
-_FINISHED = {"SUCCEEDED", "FAILED", "CANCELLED"}
-
-
-def _completion_db(ctx: typer.Context) -> Database | None:
-    from scheduler.state.files import load_config
-    from scheduler.state.read_connection import SqliteFile, sqlite_file
+    """Typer's completion of a job argument (the TABs completion.answer does not take)."""
+    from scheduler.cli.completion import job_completions
 
     given = None
     node: typer.Context | None = ctx
     while node is not None and given is None:
         given = (node.params or {}).get("config")
         node = node.parent  # type: ignore[assignment]
-    cfg = load_config(given)
-    url = cfg.daemon.resolved_database_url()
-    path = sqlite_file(url)
-    if path is None or not path.exists():
-        return None  # PostgreSQL: no network round trip on a TAB
-    return SqliteFile(url, path)
+    return job_completions(given, incomplete)
