@@ -14,7 +14,6 @@ import typer
 from scheduler.cli.common import (
     ConfigOpt,
     Format,
-    Output,
     OutputOpt,
     print_err,
     print_json,
@@ -36,7 +35,7 @@ commands.add_typer(service_app, name="service")
 def check_config(
     file: Annotated[Path | None, typer.Argument(help="Config file to validate")] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Validate a config file; exit 2 with one message per problem."""
     from scheduler.state import read_models
@@ -92,8 +91,11 @@ def _check_job_file(path: Path, output: Format) -> None:
 
     spec = load_jobspec(path)
     if output == "json":
-        print_json(read_models.document(ok=True, file=str(path), kind="job",
-                                        job=spec.model_dump(mode="json")))  # fmt: skip
+        print_json(
+            read_models.document(
+                ok=True, file=str(path), kind="job", job=spec.model_dump(mode="json")
+            )
+        )
         return
     print_out(
         f"ok {path}: a job file ({spec.name}, team {spec.team}, gpus {' or '.join(spec.gpus)}); "
@@ -125,7 +127,7 @@ def db_current(config: ConfigOpt = None) -> None:
     differ (reads only)."""
     from scheduler.state.db import redact_url
     from scheduler.state.files import load_config
-    from scheduler.state.read_connection import head_revision
+    from scheduler.state.revisions import head_revision
 
     cfg = load_config(config)
     url = cfg.daemon.resolved_database_url()
@@ -136,8 +138,10 @@ def db_current(config: ConfigOpt = None) -> None:
         print_out(f"{where}: schema {rev} (what this spotwise needs)")
         return
     if rev is None:
-        print_out(f"{where}: no spotwise tables yet; this spotwise needs {head} "
-                  "(spotwise db upgrade, or start the daemon)")  # fmt: skip
+        print_out(
+            f"{where}: no spotwise tables yet; this spotwise needs {head} "
+            "(spotwise db upgrade, or start the daemon)"
+        )
     else:
         print_out(f"{where}: schema {rev}; this spotwise needs {head} (spotwise db upgrade)")
     raise typer.Exit(1)
@@ -219,8 +223,9 @@ def db_backup(
         raise UserError(f"the copy of {path} failed its check ({ok}); nothing was written")
     partial.replace(target)
     size = target.stat().st_size / 1e6
-    print_out(f"backed up {path} (schema {rev}, {jobs} jobs, {size:.1f} MB) to {target}",
-              soft_wrap=True)  # fmt: skip
+    print_out(
+        f"backed up {path} (schema {rev}, {jobs} jobs, {size:.1f} MB) to {target}", soft_wrap=True
+    )
 
 
 @service_app.command("install")

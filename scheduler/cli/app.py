@@ -37,7 +37,9 @@ COMMANDS = (
     Command(
         "status", "status", "One row per job, active and newest first: what it is doing and why."
     ),
-    Command("show", "show", "One job: what it asked for, attempts and why each ended, events, cost."),
+    Command(
+        "show", "show", "One job: what it asked for, attempts and why each ended, events, cost."
+    ),
     Command(
         "logs",
         "logs",
@@ -54,7 +56,7 @@ COMMANDS = (
         "Put a HELD job back in the queue (a budget that still binds holds it again).",
     ),
     Command("requeue", "desired", "Run a FAILED job again, with its failure counters reset."),
-    Command("prices", "prices", "Current offerings from the configured providers, cheapest first."),
+    Command("prices", "prices", "Current offerings from the daemon's providers, cheapest first."),
     Command(
         "budget",
         "spend",
@@ -74,7 +76,7 @@ COMMANDS = (
     Command(
         "check-config", "admin", "Validate a config file; exit 2 with one message per problem."
     ),
-    Command("db", "admin", "The database schema (Alembic migrations)."),
+    Command("db", "admin", "The database: schema (Alembic migrations), current revision, backup."),
     Command("service", "admin", "Run the daemon as a systemd service."),
     Command(
         "demo", "demo", "The whole system on the local market, start to finish (a minute or two)."
@@ -93,29 +95,14 @@ def version_line() -> str:
 
 
 def schema_head() -> str:
-    """The newest migration's revision, read from the migration files as
-    scheduler.state.db.head_revision reads them (a test holds the two to the same answer),
-    without importing the state package (pydantic, SQLAlchemy) for `--version`."""
-    import re
+    """The newest migration's revision (scheduler.state.revisions: the standard library
+    alone, so `--version` imports nothing heavy)."""
+    from scheduler.state.revisions import head_revision
 
-    folder = os.path.join(os.path.dirname(os.path.dirname(__file__)), "state", "migrations",
-                          "versions")  # fmt: skip
-    revisions: dict[str, str | None] = {}
     try:
-        names = os.listdir(folder)
-    except OSError:
+        return head_revision()
+    except (OSError, RuntimeError):
         return "unknown"
-    for name in names:
-        if not (name[:1].isdigit() and name.endswith(".py")):
-            continue
-        with open(os.path.join(folder, name), encoding="utf-8") as f:
-            text = f.read()
-        rev = re.search(r'^revision\s*=\s*"([^"]+)"', text, re.M)
-        down = re.search(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', text, re.M)
-        if rev and down:
-            revisions[rev.group(1)] = down.group(1)
-    heads = set(revisions) - set(revisions.values())
-    return heads.pop() if len(heads) == 1 else "unknown"
 
 
 def _version() -> str:

@@ -122,9 +122,7 @@ def cells(lay: Layout, row: Mapping[str, str]) -> list[str]:
     return out
 
 
-def lines(
-    lay: Layout, rows: Sequence[Mapping[str, str]], *, headers: bool = True
-) -> list[str]:
+def lines(lay: Layout, rows: Sequence[Mapping[str, str]], *, headers: bool = True) -> list[str]:
     """The table as plain text lines."""
     head = [{c.name: c.name for c in lay.cols}] if headers else []
     return [(" " * GAP).join(cells(lay, r)).rstrip() for r in [*head, *rows]]
@@ -143,8 +141,12 @@ def rich_lines(
 
     out = []
     if headers:
-        out.append(Text((" " * GAP).join(cells(lay, {c.name: c.name for c in lay.cols})).rstrip(),
-                        style="bold"))  # fmt: skip
+        out.append(
+            Text(
+                (" " * GAP).join(cells(lay, {c.name: c.name for c in lay.cols})).rstrip(),
+                style="bold",
+            )
+        )
     for r in rows:
         line = Text()
         for i, (c, cell) in enumerate(zip(lay.cols, cells(lay, r), strict=True)):

@@ -41,9 +41,7 @@ class Format(StrEnum):
 
 
 CONFIG_HELP = "Config file (else $SPOTWISE_CONFIG, ./spotwise.toml, /etc/spotwise/spotwise.toml)"
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", metavar="FILE", help=CONFIG_HELP)
-]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", metavar="FILE", help=CONFIG_HELP)]
 OutputOpt = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
 WideOutputOpt = Annotated[
     Output,
@@ -198,8 +196,7 @@ class ScreenClock:
         if not self.scaled:
             return ""
         return (
-            f"local market at {self.speedup:g}x: times are wall-clock; costs accrue in "
-            "market hours"
+            f"local market at {self.speedup:g}x: times are wall-clock; costs accrue in market hours"
         )
 
 
@@ -214,8 +211,10 @@ def where(provider: str | None, cloud: str | None, region: str | None, zone: str
     stands for both), 'local:aws/us-east-1a' on the local market, '-' when nowhere."""
     if not cloud:
         return "-"
-    place = zone if zone and region and zone.startswith(region) else "/".join(
-        x for x in (region, zone) if x
+    place = (
+        zone
+        if zone and region and zone.startswith(region)
+        else "/".join(x for x in (region, zone) if x)
     )
     text = "/".join(x for x in (cloud, place) if x)
     return f"local:{text}" if provider == "local" else text
@@ -224,7 +223,9 @@ def where(provider: str | None, cloud: str | None, region: str | None, zone: str
 def pool_label(provider: str | None, pool: str) -> str:
     """A pool as people read it: the local market's say so ('local:aws/us-east-1a/...'),
     since they carry the real clouds' names."""
-    return f"local:{pool}" if provider == "local" and pool and not pool.startswith("local:") else pool
+    return (
+        f"local:{pool}" if provider == "local" and pool and not pool.startswith("local:") else pool
+    )
 
 
 def open_reads(config: Path | None, *, warn: bool = False) -> tuple[Config, Database]:

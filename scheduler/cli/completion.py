@@ -26,8 +26,16 @@ VALUE_OPTIONS = {
     "-j", "--job", "-k", "--kind", "--since", "-u", "--user", "--limit", "--interval",
     "-s", "--state",
 }  # fmt: skip
-STATES = ("pending", "launching", "running", "recovering", "succeeded", "failed",
-          "cancelled", "held")  # fmt: skip
+STATES = (
+    "pending",
+    "launching",
+    "running",
+    "recovering",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "held",
+)
 
 
 def answer() -> bool:

@@ -16,7 +16,6 @@ import typer
 from scheduler.cli.common import (
     ConfigOpt,
     Format,
-    Output,
     OutputOpt,
     complete_jobs,
     open_engine,
@@ -43,7 +42,7 @@ def submit(
         ),
     ] = False,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Validate and enqueue a job; prints its id."""
     if dry_run:

@@ -150,9 +150,7 @@ def follow_job(
             attempt_id = current["id"]
 
             def running(aid: str = attempt_id) -> bool:
-                return any(
-                    a["id"] == aid and a["state"] != "ENDED" for a in read()["attempts"]
-                )
+                return any(a["id"] == aid and a["state"] != "ENDED" for a in read()["attempts"])
 
             tail_until_ended(paths, running, write, interval=interval, sleep=sleep)
         else:

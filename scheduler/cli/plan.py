@@ -178,10 +178,13 @@ def _print_plan(
         n = d.nodes
         price = money(o.price_per_hour * n)
         pool = pool_label(provider_of.get(o.pool), o.pool)
-        print_out(f"would take {pool} at {price}/h" + (f" ({n} nodes)" if n > 1 else ""),
-                  soft_wrap=True)  # fmt: skip
-        print_out(f"  expected {money(result.options[0].expected_usd)} {unit} "
-                  "(interruptions and restarts included)")  # fmt: skip
+        print_out(
+            f"would take {pool} at {price}/h" + (f" ({n} nodes)" if n > 1 else ""), soft_wrap=True
+        )
+        print_out(
+            f"  expected {money(result.options[0].expected_usd)} {unit} "
+            "(interruptions and restarts included)"
+        )
         if len(result.options) > 1:
             print_out("next best:")
             cells = [

@@ -21,7 +21,7 @@ import typer
 from scheduler.cli.columns import Col, layout, lines
 from scheduler.cli.common import (
     ConfigOpt,
-    Output,
+    Format,
     OutputOpt,
     print_err,
     print_json,
@@ -55,7 +55,7 @@ def prices(
     market: Annotated[str | None, typer.Option(metavar="MARKET", help="spot or on-demand")] = None,
     limit: Annotated[int, typer.Option(metavar="N", help="Rows to show (table)")] = 30,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Current offerings from the daemon's providers, cheapest first."""
     from scheduler.daemon.wiring import build_providers

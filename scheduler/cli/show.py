@@ -24,6 +24,7 @@ from scheduler.cli.columns import Col, layout, lines, rich_lines
 from scheduler.cli.common import (
     STATE_STYLE,
     ConfigOpt,
+    Format,
     Output,
     OutputOpt,
     ScreenClock,
@@ -53,14 +54,12 @@ commands = typer.Typer()
 FAILED_TAIL = 10  # stderr lines `show` prints for a failed attempt
 JobArg = Annotated[
     str,
-    typer.Argument(
-        metavar="JOB", help="Job id, id prefix or name", autocompletion=complete_jobs
-    ),
+    typer.Argument(metavar="JOB", help="Job id, id prefix or name", autocompletion=complete_jobs),
 ]
 
 
 @commands.command()
-def show(job: JobArg, config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
+def show(job: JobArg, config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     """One job: what it asked for, attempts and why each ended, events, cost."""
     from scheduler.state import read_models
 
@@ -134,7 +133,14 @@ def events(
     if output == "json" and not follow:
         print_json(read_models.document(events=rows))
         return
-    printer = EventPrinter(screen, db, wide=output == "wide", json_lines=output == "json")
+    printer = EventPrinter(
+        screen,
+        db,
+        job_column=job is None,
+        wide=output == "wide",
+        json_lines=output == "json",
+        follow=follow,
+    )
     printer.print(rows, headers=True)
     if not follow:
         return
@@ -169,7 +175,9 @@ class EventPrinter:
         job_column: bool = True,
         wide: bool = False,
         json_lines: bool = False,
+        follow: bool = False,
     ) -> None:
+        self.follow = follow
         self.screen = screen
         self.db = db
         self.job_column = job_column
@@ -186,7 +194,11 @@ class EventPrinter:
         if self.job_column:
             cols.append(Col("JOB"))
         cols.append(Col("KIND"))
-        if self.keep is not None and "WHO" in self.keep or any(r.get("actor") for r in rows):
+        if self.keep is not None:
+            who = "WHO" in self.keep
+        else:  # a follower shows it from the start: who asks may come later
+            who = self.follow or any(r.get("actor") for r in rows)
+        if who:
             cols.append(Col("WHO", 1))
         cols.append(Col("MESSAGE"))
         return cols
@@ -225,8 +237,14 @@ class EventPrinter:
             print_err("no events" + ("" if self.keep is None else " yet"))
         cols = self.columns(rows)
         cells = self.cells(rows)
-        lay = layout(cols, cells, self.width, shrink=(("MESSAGE", 40), ("MESSAGE", 12)), wide=self.wide,
-                     keep=self.keep)  # fmt: skip
+        lay = layout(
+            cols,
+            cells,
+            self.width,
+            shrink=(("MESSAGE", 40), ("MESSAGE", 12)),
+            wide=self.wide,
+            keep=self.keep,
+        )
         if self.keep is None:
             self.keep = lay.names
             self.widths = dict(lay.widths)
@@ -238,8 +256,8 @@ class EventPrinter:
             lay = type(lay)(lay.cols, widths)
         if self.terminal:
             styles = {"KIND": {c["KIND"]: _LEVEL_STYLE.get(c["_level"], "") for c in cells}}
-            for line in rich_lines(lay, cells, headers=headers and bool(rows), styles=styles):
-                self.out.print(line, soft_wrap=True)
+            for text in rich_lines(lay, cells, headers=headers and bool(rows), styles=styles):
+                self.out.print(text, soft_wrap=True)
         else:
             for line in lines(lay, cells, headers=headers and bool(rows)):
                 sys.stdout.write(line + "\n")
@@ -279,8 +297,9 @@ def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
         price = money(a["price_per_hour"] * nodes) + "/h"
         if nodes > 1:
             price += f" ({nodes} x {money(a['price_per_hour'])})"
-        print_out(f"{a['number']:>3}  {pool}  {price}  {_instances(a)}", soft_wrap=True,
-                  console=out)  # fmt: skip
+        print_out(
+            f"{a['number']:>3}  {pool}  {price}  {_instances(a)}", soft_wrap=True, console=out
+        )
         print_out(f"     {_attempt_span(a, screen)}", console=out)
         print_out(f"     {attempt_reason(a)}", console=out)
     if doc["attempts"]:

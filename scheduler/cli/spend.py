@@ -18,7 +18,7 @@ import typer
 from scheduler.cli.columns import Col, layout, lines
 from scheduler.cli.common import (
     ConfigOpt,
-    Output,
+    Format,
     OutputOpt,
     money,
     open_engine,
@@ -47,7 +47,7 @@ BUDGET_COLUMNS = (
 
 
 @commands.command()
-def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
+def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     """Each budget the daemon enforces: limit, window, spent, projected, state."""
     from scheduler.state import read_models
 
@@ -76,9 +76,7 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
     width = terminal_width()
     for line in lines(layout(BUDGET_COLUMNS, cells, width), cells):
         sys.stdout.write(line + "\n")
-    print_err(
-        "PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)"
-    )
+    print_err("PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)")
 
 
 def parse_since(text: str | None, now: datetime) -> datetime | None:
@@ -112,7 +110,7 @@ def cost(
     since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO time")] = "30d",
     until: Annotated[str | None, typer.Option(help="ISO time or duration ago")] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
     from rich.table import Table
@@ -157,7 +155,7 @@ def report(
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report")
     ] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
     from scheduler.daemon.wiring import build_providers

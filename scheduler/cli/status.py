@@ -72,11 +72,13 @@ SHRINK = (("REASON", 30), ("NAME", 16), ("REASON", 8))
 STYLES = {"STATE": STATE_STYLE}
 
 
-def _status_cells(r: dict[str, Any], now: datetime, screen: ScreenClock | None = None) -> dict[str, str]:
+def _status_cells(
+    r: dict[str, Any], now: datetime, screen: ScreenClock | None = None
+) -> dict[str, str]:
     """One job's cells. `now` is the wall clock; stored times go through `screen` (the
     local market's time runs ahead of it). A gang's $/H is the gang's: every node is billed."""
     prog = f"{r['progress_step'] or 0}/{r['total_steps']}" if r["total_steps"] else "-"
-    created = screen.wall(r["created_at"]) if screen is not None else r["created_at"]
+    created: datetime = (screen.wall(r["created_at"]) if screen else None) or r["created_at"]
     price = r["price_per_hour"]
     nodes = r.get("nodes") or 1
     reason = r["reason"] or "-"
@@ -243,8 +245,9 @@ def status(
             return
         # Byte for byte what print_json writes, much faster over thousands of rows.
         if user:
-            doc = read_models.document(jobs=rows(iso_times=True), daemon_warning=warning,
-                                       daemon=lease)  # fmt: skip
+            doc = read_models.document(
+                jobs=rows(iso_times=True), daemon_warning=warning, daemon=lease
+            )
         else:
             jobs = read_models.job_rows_json(db, states=states, team=team)
             doc = read_models.document(jobs=jobs, daemon_warning=warning, daemon=lease)

@@ -59,8 +59,10 @@ def format_validation_error(
         if e["type"] == "extra_forbidden":
             known = known_keys(model, e["loc"][:-1]) if model is not None else []
             hits = difflib.get_close_matches(str(e["loc"][-1]), known, n=1, cutoff=0.6)
-            msg = f"unknown key (did you mean {hits[0]!r}?)" if hits else (
-                "unknown key (check the spelling)"
+            msg = (
+                f"unknown key (did you mean {hits[0]!r}?)"
+                if hits
+                else ("unknown key (check the spelling)")
             )
         elif e["type"] == "missing":
             msg = "required key is missing"

@@ -120,10 +120,7 @@ def _why_out(
     priced, _ = requirement_rows(one, cat)
     if len(priced) == 0:
         cheapest = float(cat.price[placed_rows].min()) * req.nodes
-        return (
-            f"over max_price_per_hour ${req.max_price_per_hour:g}/h "
-            f"(cheapest ${cheapest:.2f}/h)"
-        )
+        return f"over max_price_per_hour ${req.max_price_per_hour:g}/h (cheapest ${cheapest:.2f}/h)"
     free, reason = candidates(one, cat, replace(ctx, max_affordable_price=None))
     if len(free) == 0:
         return reason

@@ -194,7 +194,10 @@ class Metrics:
 
     def _jobs(self, c: sa.Connection, now: datetime) -> None:
         # An aggregate: the idle daemon's cost must not grow with finished jobs.
-        states = dict(c.execute(sa.text("SELECT state, count(*) FROM job GROUP BY state")).all())
+        states: dict[str, int] = {
+            str(k): int(n)
+            for k, n in c.execute(sa.text("SELECT state, count(*) FROM job GROUP BY state")).all()
+        }
         for st in JobState:
             self.jobs.labels(st.value).set(states.get(st.value, 0))
         waiting = [JobState.PENDING.value, JobState.RECOVERING.value]
@@ -210,8 +213,7 @@ class Metrics:
     def _budgets(self, c: sa.Connection, now: datetime) -> None:
         b = BudgetSpend.__table__.c  # type: ignore[attr-defined]
         rows = c.execute(
-            sa.select(b.name, b.scope, b.window, b.hard, b.limit_usd, b.spent_usd,
-                      b.burn_per_hour)  # fmt: skip
+            sa.select(b.name, b.scope, b.window, b.hard, b.limit_usd, b.spent_usd, b.burn_per_hour)
         ).all()
         for name, scope, window, hard, limit, spent, burn in rows:
             labels = (name, scope, window, "true" if hard else "false")
@@ -222,8 +224,11 @@ class Metrics:
             self.projected.labels(*labels).set(spent + burn * left)
 
     def _burn(self, c: sa.Connection) -> None:
-        live = [AttemptState.LAUNCHING.value, AttemptState.RUNNING.value,
-                AttemptState.STOPPING.value]  # fmt: skip
+        live = [
+            AttemptState.LAUNCHING.value,
+            AttemptState.RUNNING.value,
+            AttemptState.STOPPING.value,
+        ]
         rows = c.execute(
             sa.text(
                 "SELECT job.team, attempt.cloud, "

@@ -384,7 +384,7 @@ class Daemon:
 
 
 def _schema() -> str:
-    from scheduler.state.db import head_revision
+    from scheduler.state.revisions import head_revision
 
     return head_revision()
 

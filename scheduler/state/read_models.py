@@ -390,9 +390,7 @@ _TERMINAL = frozenset(x.value for x in JobState if x.terminal)
 _TIME_FIELDS = frozenset({"deadline", "created_at", "updated_at"})
 
 
-def hide_finished(
-    rows: list[dict[str, Any]], cutoff: datetime
-) -> tuple[list[dict[str, Any]], int]:
+def hide_finished(rows: list[dict[str, Any]], cutoff: datetime) -> tuple[list[dict[str, Any]], int]:
     """The rows a person wants by default: finished jobs only if they finished after
     `cutoff` (the daemon's clock FINISHED_VISIBLE ago). Returns the rows kept and how many
     were left out (so the table can say so)."""

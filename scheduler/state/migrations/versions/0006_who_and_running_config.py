@@ -27,7 +27,10 @@ def upgrade() -> None:
     with op.batch_alter_table("job") as batch:
         batch.add_column(
             sa.Column(
-                "submitted_by", sqlmodel.sql.sqltypes.AutoString(), nullable=False, server_default=""
+                "submitted_by",
+                sqlmodel.sql.sqltypes.AutoString(),
+                nullable=False,
+                server_default="",
             )
         )
     with op.batch_alter_table("event") as batch:
