@@ -690,15 +690,15 @@ def parse_fully(argv: list[str]) -> str | None:
 
     command: Any = typer.main.get_command(app)
     words = list(argv[1:])
+    name: str | None = "spotwise"
     ctx = None
     try:
         while True:
-            name = command.name if ctx is None else words_name
             ctx = command.make_context(name or "spotwise", words, parent=ctx)
             if not isinstance(command, click.Group):
                 return None
             rest = [*getattr(ctx, "protected_args", []), *ctx.args]
-            words_name, command, words = command.resolve_command(ctx, rest)
+            name, command, words = command.resolve_command(ctx, rest)
     except click.exceptions.Exit:
         return None
     except click.ClickException as e:

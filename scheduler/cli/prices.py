@@ -3,7 +3,8 @@
 Asks each provider live (not the daemon's cached catalog), with the providers the daemon
 runs with (its recorded config; else this command's own); the local market is opened
 read-only, so looking at prices writes nothing to its state directory. The local market's
-offerings carry the real clouds' names, so they are shown as `local:aws` and so on.
+offerings carry the real clouds' names: their CLOUD says `local` (-o json keeps both the
+provider and the cloud it imitates).
 
 Plain columns at any width: TYPE, ZONE and MARKET are never cut (eight p4d rows must not
 look alike); a zone that names its region stands for both, and $/GPU-H, then the GPU's
@@ -90,11 +91,11 @@ def _cells(r: dict[str, object]) -> dict[str, str]:
     count = int(r["gpu_count"])  # type: ignore[call-overload]
     cloud = str(r["cloud"])
     return {
-        "CLOUD": f"local:{cloud}" if r["provider"] == "local" else cloud,
+        "CLOUD": "local" if r["provider"] == "local" else cloud,
         "REGION": str(r["region"]),
         "ZONE": str(r["zone"]),
         "TYPE": str(r["instance_type"]),
-        "GPUS": f"{count}x {r['gpu_model'] or 'none'}",
+        "GPUS": f"{count}x{r['gpu_model'] or 'none'}",
         "GPU MEM": f"{float(r['gpu_memory_gb']):g}GB",  # type: ignore[arg-type]
         "MARKET": str(r["market"]),
         "$/H": f"{price:.4f}",

@@ -33,12 +33,13 @@ from scheduler.cli.common import (
 commands = typer.Typer()
 
 
+# Every budget's name, scope, kind, limit and state whole at 80 columns: the window goes
+# with the limit ($500.00/month); burn and projection give way first.
 BUDGET_COLUMNS = (
     Col("NAME"),
     Col("SCOPE"),
-    Col("LIMIT", right=True),
-    Col("WINDOW"),
     Col("KIND"),
+    Col("LIMIT", right=True),
     Col("SPENT", right=True),
     Col("BURN/H", 2, right=True),
     Col("PROJECTED", 1, right=True),
@@ -63,8 +64,7 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
         {
             "NAME": r["name"],
             "SCOPE": r["scope"],
-            "LIMIT": money(r["limit_usd"]),
-            "WINDOW": r["window"],
+            "LIMIT": f"{money(r['limit_usd'])}/{r['window']}",
             "KIND": "hard" if r["hard"] else "soft",
             "SPENT": money(r["spent_usd"]),
             "BURN/H": money(r["burn_per_hour"]),

@@ -17,11 +17,11 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
 from scheduler.cli import status as status_cli
+from scheduler.cli.columns import rich_lines
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.state import read_models
 from scheduler.state.requeue import release, requeue
-from scheduler.cli.columns import rich_lines
 from tests.support.ops_world import LONG_NAME, LONG_REASON, make_ops_world
 
 runner = CliRunner()

@@ -192,8 +192,8 @@ def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
         (
             '[daemon]\nteams = ["research"]\n[[budgets]]\nname = "r"\nscope = "team:reserch"\n'
             "limit_usd = 1\n",
-            "<f>: budgets[0] 'r'.scope (line 5): team 'reserch' is not in daemon.teams (did you mean "
-            "'research'?)",
+            "<f>: budgets[0] 'r'.scope (line 5): team 'reserch' is not in daemon.teams "
+            "(did you mean 'research'?)",
         ),
     ],
 )
