@@ -341,8 +341,12 @@ def spec_lines(spec: dict[str, Any] | None, screen: ScreenClock) -> list[str]:
     return out
 
 
-def _parse_time(text: str) -> datetime:
-    t = datetime.fromisoformat(text.replace("Z", "+00:00"))
+def _parse_time(value: datetime | str) -> datetime:
+    t = (
+        value
+        if isinstance(value, datetime)
+        else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    )
     return t if t.tzinfo else t.replace(tzinfo=UTC)
 
 
