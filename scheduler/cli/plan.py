@@ -33,9 +33,10 @@ if TYPE_CHECKING:
     from scheduler.core.jobspec import JobSpec
     from scheduler.core.plan import Plan
 
+# The pool ends in its market (/spot, /on-demand): no MARKET column, so a long Azure pool
+# and its prices still fit 80 columns.
 OPTION_COLUMNS = (
     Col("POOL"),
-    Col("MARKET"),
     Col("$/H", right=True),
     Col("EXPECTED", right=True),
 )
@@ -190,7 +191,6 @@ def _print_plan(
             cells = [
                 {
                     "POOL": pool_label(provider_of.get(x.offering.pool), x.offering.pool),
-                    "MARKET": x.offering.market.value,
                     "$/H": money(x.offering.price_per_hour * x.nodes),
                     "EXPECTED": money(x.expected_usd),
                 }

@@ -128,8 +128,8 @@ def _why_out(
     if len(affordable) == 0:
         cheapest = float(cat.price[free].min()) * req.nodes
         return (
-            f"budget {ctx.budget_name} would be exceeded: ${cheapest:.2f}/h, it can pay "
-            f"${ctx.max_affordable_price or 0.0:.2f}/h now"
+            f"budget {ctx.budget_name} would be exceeded "
+            f"(${cheapest:.2f}/h > ${ctx.max_affordable_price or 0.0:.2f}/h)"
         )
     codes = cat.pools.codes_of(shown)
     if len(codes) and np.isin(cat.pool[affordable], codes).any():

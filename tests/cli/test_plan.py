@@ -62,11 +62,11 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path: Path):
     assert "  MI300X:1 spot: none listed now" in out
     assert "  MI300X:1 on-demand: none listed now" in out
     assert "  H100:8 on-demand: over max_price_per_hour $20/h (cheapest $" in out
-    assert "  H100:8 spot: budget research would be exceeded: $" in out
-    assert "  V100:1 on-demand: budget research would be exceeded: $3.06/h" in out
+    assert "  H100:8 spot: budget research would be exceeded ($" in out
+    assert "  V100:1 on-demand: budget research would be exceeded ($3.06/h > $2.40/h)" in out
     assert "draws on:\n  budget research (team:research, hard): $0.00 of $0.10 spent" in out
     assert r.stderr.strip().endswith("dry run: nothing was submitted or written")
-    assert all(len(x) <= 80 for x in out.splitlines() if not x.startswith("would take"))
+    assert all(len(x) <= 80 for x in out.splitlines()[1:] if not x.startswith("would take"))
     assert _state(state) == before  # not a job, not an event, not a file
     doc = json.loads(spotwise("submit", "--dry-run", str(job), "-c", str(w.config),
                               "-o", "json").stdout)  # fmt: skip
