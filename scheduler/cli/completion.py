@@ -51,7 +51,7 @@ def answer() -> bool:
         return False
     out = _format(shell, items)
     if out is not None:
-        sys.stdout.write(out)
+        sys.stdout.write(out + "\n")  # as click.echo writes Typer's answer
         sys.stdout.flush()
     return True
 

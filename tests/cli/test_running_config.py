@@ -153,7 +153,9 @@ def test_the_start_up_banner_names_what_the_daemon_runs_with(tmp_path, caplog):
 
 def test_changes_name_each_setting_once():
     a = parse_config('[daemon]\nreconcile_interval = "5s"\n', "a")
-    b = parse_config('[daemon]\nreconcile_interval = "10s"\n[policy]\nrestart_overhead = "1m"\n', "b")
+    b = parse_config(
+        '[daemon]\nreconcile_interval = "10s"\n[policy]\nrestart_overhead = "1m"\n', "b"
+    )
     assert changes(a, b) == [
         'daemon.reconcile_interval: "PT5S" -> "PT10S"',
         'policy.restart_overhead: "PT3M" -> "PT1M"',
