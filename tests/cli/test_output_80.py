@@ -111,7 +111,7 @@ def test_prices_never_cut_type_zone_or_market(world):
     r = spotwise("prices", "--gpu", "A100", "--limit", "100", "-c", cfg)
     assert r.returncode == 0, r.stderr
     _fits(r.stdout)
-    header, *rows = r.stdout.splitlines()
+    _header, *rows = r.stdout.splitlines()
     offers = json.loads(spotwise("prices", "--gpu", "A100", "-c", cfg, "-o", "json").stdout)
     assert len(rows) == len(offers["offerings"]) > 0
     for row, o in zip(rows, offers["offerings"], strict=True):
