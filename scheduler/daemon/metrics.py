@@ -148,6 +148,7 @@ class Metrics:
         self._last_event: int | None = None  # events above this id are not counted yet
         self._buckets: dict[int, float] = {}  # recent spend buckets as last read
         self._spend_read = False  # the ledger's total is read once, then what is new
+        self._offering_keys: set[tuple[str, str, str]] = set()
 
     def serve(self, port: int, addr: str = "127.0.0.1") -> None:
         start_http_server(port, addr=addr, registry=self.registry)
@@ -188,9 +189,12 @@ class Metrics:
             for cloud, pool, spot in zip(names, pools, catalog.spot, strict=True):
                 key = (provider_of.get(pool, cloud), cloud, "spot" if spot else "on-demand")
                 counts[key] = counts.get(key, 0) + 1
-        self.offerings.clear()
+        # Set in place, never cleared: a scrape between a clear and the sets would read none.
+        for key in self._offering_keys - counts.keys():
+            self.offerings.labels(*key).set(0)
         for (provider, cloud, market), n in counts.items():
             self.offerings.labels(provider, cloud, market).set(n)
+        self._offering_keys |= counts.keys()
 
     def _jobs(self, c: sa.Connection, now: datetime) -> None:
         # An aggregate: the idle daemon's cost must not grow with finished jobs.

@@ -317,7 +317,7 @@ def test_budget_projected_to_the_end_of_the_window(tmp_path):
     assert 10 + 2 * left_after - 1e-6 <= d["projected_usd"] <= 10 + 2 * left_before + 1e-6
     assert rows["t"]["projected_usd"] is None and rows["t"]["projected_to"] is None
     table = runner.invoke(cli.app, ["budget", "-c", str(w.config)])
-    assert "PROJECTED" in table.stdout and "end of the current window" in table.stdout
+    assert "PROJECTED" in table.stdout and "at the window's end" in table.stderr
 
 
 # -- HTML ------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ on, read from the database as increments, never as a scan of history."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -105,7 +106,10 @@ def test_the_real_daemon_serves_them(tmp_path: Path):
     try:
         text = ""
         end = time.monotonic() + 30
-        while time.monotonic() < end and "spotwise_last_pass_timestamp_seconds " not in text:
+        # the gauge reads 0 until the first pass has finished
+        while time.monotonic() < end and not re.search(
+            r"^spotwise_last_pass_timestamp_seconds [1-9]", text, re.M
+        ):
             time.sleep(0.3)
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
