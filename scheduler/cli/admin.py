@@ -79,9 +79,11 @@ def _looks_like_a_job(path: Path) -> bool:
     import tomllib
 
     try:
+        if path.stat().st_size > 1_000_000:
+            return False
         data = tomllib.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError):
-        return False  # load_config says what is wrong with it
+    except Exception:  # unreadable, not TOML, nested too deeply: load_config says which
+        return False
     return not (_CONFIG_SECTIONS & set(data)) and bool(_JOB_KEYS & set(data))
 
 

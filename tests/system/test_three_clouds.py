@@ -622,10 +622,16 @@ def test_deploy_config_documents_every_key_of_the_three_cloud_sections() -> None
     sections = tomllib.loads(uncommented)["providers"]
     for name, model in (("aws", AwsSettings), ("gcp", GcpSettings), ("azure", AzureSettings)):
         assert set(sections[name]) == set(model.model_fields), name
-    # Uncommented, they are a valid config next to the file's active sections.
-    cfg = parse_config(active + "\n" + uncommented, str(path))
+    # Uncommented, they are a valid config next to the file's active sections, once the
+    # local market (a simulator, refused beside real clouds without an opt-in) is gone.
+    from scheduler.core.errors import UserError
+
+    with pytest.raises(UserError, match="beside_clouds = true"):
+        parse_config(active + "\n" + uncommented, str(path))
+    production = re.sub(r"\[providers\.local\]\n(?:[^\n\[]+\n)*", "", active)
+    cfg = parse_config(production + "\n" + uncommented, str(path))
     assert cfg.providers.aws and cfg.providers.gcp and cfg.providers.azure
-    assert cfg.providers.gcp.project == "my-project"
+    assert cfg.providers.gcp.project == "my-project" and cfg.providers.local is None
 
 
 def test_readme_three_cloud_config_parses() -> None:
