@@ -288,7 +288,7 @@ def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
         console=out,
     )
     for line in spec_lines(doc.get("spec"), screen):
-        print_out(line, console=out)
+        print_out(line, soft_wrap=True, console=out)  # a command is copied whole
     print_out(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, console=out)
     out.print(f"attempts{' (none yet)' if not doc['attempts'] else ''}", style="bold")
     for a in doc["attempts"]:
@@ -301,7 +301,7 @@ def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
             f"{a['number']:>3}  {pool}  {price}  {_instances(a)}", soft_wrap=True, console=out
         )
         print_out(f"     {_attempt_span(a, screen)}", console=out)
-        print_out(f"     {attempt_reason(a)}", console=out)
+        print_out(f"     {attempt_reason(a, screen)}", soft_wrap=True, console=out)
     if doc["attempts"]:
         _print_attempt_logs(out, doc["attempts"][-1])
     if note := screen.note():
@@ -400,27 +400,32 @@ _STOPPED_BY = {
 _ENDED = {
     "finished": "finished: DONE in the checkpoint store",
     "failed": "failed: the job's command exited non-zero",
-    "interrupted": "interrupted: the cloud took the instance back; resumed from its checkpoint",
+    "interrupted": "interrupted: the cloud took it back",
     "cancelled": "cancelled by its user",
     "budget": "stopped by a hard budget; the job is held",
     "migrated": "moved to a better offering",
-    "launch_failed": "launch failed (capacity or quota); another pool is tried",
+    "launch_failed": "launch failed (capacity or quota)",
     "rejected": "rejected by the cloud",
-    "lost": "lost: vanished with no outcome; resumed from its checkpoint",
+    "lost": "lost: vanished with no outcome",
 }
 
 
-def attempt_reason(a: dict[str, Any]) -> str:
-    """Why an attempt ended, or what it is doing, in words: every attempt has one."""
+def attempt_reason(a: dict[str, Any], screen: ScreenClock | None = None) -> str:
+    """Why an attempt ended, or what it is doing, in words: every attempt has one. With
+    `screen`, an interruption says when its notice came (wall clock)."""
     end = a.get("end_reason")
     code = a.get("exit_code")
     exit_text = f" (exit {code})" if code is not None else ""
+    notice = a.get("notice_at")
+    noticed = ""
+    if notice is not None and screen is not None:
+        noticed = f", notice at {_clock_time(screen.wall(_parse_time(notice)) or notice)}"
     if end is None:
         state = (a.get("state") or "").upper()
         if state == "STOPPING":
             return "stopping: " + _STOPPED_BY.get(a.get("stop_reason") or "", "stop requested")
         if state == "RUNNING":
-            return "running" + (": interruption notice received" if a.get("notice_at") else "")
+            return "running" + (": interruption notice received" if notice else "")
         return "launching: waiting for the instance"
     if a.get("stop_reason") in _STOPPED_BY and end not in ("finished", "failed"):
         why = _STOPPED_BY[a["stop_reason"]]
@@ -429,6 +434,8 @@ def attempt_reason(a: dict[str, Any]) -> str:
         exit_text = ""
     else:
         why = _ENDED.get(end, end)
+        if end == "interrupted":
+            why += noticed
     detail = " ".join((a.get("detail") or "").split())
     return f"{why}{exit_text}" + (f": {detail}" if detail and detail not in why else "")
 
