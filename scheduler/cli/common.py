@@ -277,12 +277,19 @@ def daemon_config(
             from scheduler.state.files import find_config
 
             own = find_config(given)
-            print_err(
-                f"warning: showing the daemon's {', '.join(differ)}: it runs with "
-                f"{running.path or 'built-in defaults'}, this command read "
-                f"{own or 'built-in defaults'}",
-                soft_wrap=True,
-            )
+            what = ", ".join(differ)
+            if own is not None and running.path == str(own.resolve()):
+                text = (
+                    f"warning: {own} changed since the daemon read it ({what} differ): "
+                    "showing what it runs with; reload it to apply (systemctl reload spotwise)"
+                )
+            else:
+                text = (
+                    f"warning: showing the daemon's {what}: it runs with "
+                    f"{running.path or 'built-in defaults'}, this command read "
+                    f"{own or 'built-in defaults'}"
+                )
+            print_err(text, soft_wrap=True)
     return running.config
 
 

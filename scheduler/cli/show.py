@@ -281,7 +281,11 @@ def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
     head.append("  ")
     head.append(j["state"], style=STATE_STYLE.get(j["state"], "bold"))
     out.print(head, soft_wrap=True)
-    print_out(f"reason: {j['reason'] or '-'}", console=out)
+    reason = j["reason"] or "-"
+    for a in doc["attempts"]:  # the local market's pools say so, as everywhere else
+        if a["provider"] == "local" and a["pool"]:
+            reason = reason.replace(a["pool"], pool_label("local", a["pool"]))
+    print_out(f"reason: {reason}", soft_wrap=True, console=out)
     print_out(
         f"cost {money(j['cost_usd'])}  recoveries {j['recoveries']}  "
         f"created {when(screen.wall(j['created_at']))}",

@@ -113,9 +113,6 @@ def cost(
     output: OutputOpt = Format.table,
 ) -> None:
     """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
-    from rich.table import Table
-    from rich.text import Text
-
     from scheduler.state import read_models
 
     cfg, engine = open_engine(config, warn=output != "json")
@@ -129,15 +126,22 @@ def cost(
         )
         return
     span = f"since {when(start)}" if start else "all time"
-    t = Table(title=f"cost by {by.value}, {span}", title_justify="left")
-    cols = [by.value.upper()] + (["NAME"] if by is CostBy.job else []) + ["JOBS", "COST"]
-    for c in cols:
-        t.add_column(c, justify="right" if c in ("JOBS", "COST") else "left")
-    for r in rows:
-        cells = [r[by.value]] + ([r["name"]] if by is CostBy.job else [])
-        t.add_row(*(Text(x) for x in cells), str(r["jobs"]), money(r["cost_usd"]))
-    t.add_row(Text("total", style="bold"), *([""] * (len(cols) - 2)), money(total))
-    out_console().print(t)
+    key = by.value.upper()
+    cols = [Col(key), *([Col("NAME")] if by is CostBy.job else []), Col("JOBS", right=True),
+            Col("COST", right=True)]  # fmt: skip
+    cells = [
+        {
+            key: r[by.value],
+            "NAME": r.get("name", ""),
+            "JOBS": str(r["jobs"]),
+            "COST": money(r["cost_usd"]),
+        }
+        for r in rows
+    ]
+    cells.append({key: "total", "NAME": "", "JOBS": "", "COST": money(total)})
+    print_err(f"cost by {by.value}, {span}")
+    for line in lines(layout(cols, cells, terminal_width(), shrink=(("NAME", 12),)), cells):
+        sys.stdout.write(line + "\n")
 
 
 class ReportBy(StrEnum):
