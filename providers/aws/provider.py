@@ -67,9 +67,8 @@ class AwsProvider(CloudAdapter):
             emit=api.emit,
             secrets=api.secrets,
         )
-        notices = (
-            InterruptionNotices(api.sqs, settings.sqs_queue_url) if settings.sqs_queue_url else None
-        )
+        queues = settings.queues()
+        notices = InterruptionNotices(api.sqs, queues) if queues else None
         super().__init__(
             api, Offerings(api, networks, ondemand), Instances(api, networks, owner, notices)
         )

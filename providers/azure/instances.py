@@ -131,7 +131,7 @@ class Instances:
         now = self._api.now()
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
-        data = custom_data(request.command, env)  # LaunchRejected for a bad request
+        data = custom_data(request.command, env, gpus=o.gpu_count)  # LaunchRejected if bad
         subnet = s.subnet_for(o.region)
         if not subnet:
             raise FatalError(f"azure launch: no subnet_id configured for {o.region}")

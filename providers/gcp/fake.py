@@ -24,6 +24,7 @@ import re
 import threading
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
@@ -40,6 +41,9 @@ MACHINE_TYPES: dict[str, list[tuple[str, int, int, str, int]]] = {
         ("a2-ultragpu-1g", 12, 174080, "nvidia-a100-80gb", 1),
         ("g2-standard-4", 4, 16384, "nvidia-l4", 1),
         ("a3-highgpu-8g", 208, 1916928, "nvidia-h100-80gb", 8),
+        # A3 Mega: its own accelerator type (gpuhunt's accelerator_details names
+        # "nvidia-h100-mega-80gb"), priced from the "H100 80GB Plus/Mega" and "A3Plus" SKUs.
+        ("a3-megagpu-8g", 208, 1916928, "nvidia-h100-mega-80gb", 8),
         ("e2-standard-4", 4, 16384, "", 0),
     ],
     "us-central1-b": [
@@ -57,6 +61,7 @@ ACCELERATORS: dict[str, list[tuple[str, int, str]]] = {
         ("nvidia-a100-80gb", 8, "NVIDIA A100 80GB"),
         ("nvidia-l4", 8, "NVIDIA L4"),
         ("nvidia-h100-80gb", 8, "NVIDIA H100 80GB"),
+        ("nvidia-h100-mega-80gb", 8, "NVIDIA H100 80GB MEGA"),
     ],
     "us-central1-b": [("nvidia-tesla-t4", 4, "NVIDIA T4"), ("nvidia-l4", 8, "NVIDIA L4")],
     "europe-west4-a": [("nvidia-tesla-t4", 4, "NVIDIA T4")],
@@ -70,15 +75,15 @@ PRICES = {
     ("ram", "A2"): (0.004237, 0.00212),
     ("core", "G2"): (0.02499, 0.0105),
     ("ram", "G2"): (0.002927, 0.00123),
-    ("core", "A3"): (0.029563, 0.0118),
-    ("ram", "A3"): (0.00176867, 0.0007),
     ("gpu", "T4"): (0.35, 0.1654),
     ("gpu", "V100"): (2.48, 1.24),
     ("gpu", "A100"): (2.93391, 1.4341),
     ("gpu", "A100 80GB"): (1.8462, 1.564),
     ("gpu", "L4"): (0.56004, 0.2343),
-    ("gpu", "H100 80GB"): (4.20076, 4.0013),
 }
+# A3 (High and Mega) GPU, Core and Ram SKUs, local SSD and boot disk SKUs are recorded rows,
+# each with its source: fixtures/skus.json.
+FIXTURE_SKUS = Path(__file__).with_name("fixtures") / "skus.json"
 _GROUP = {"N1": "N1Standard", "A2": "CPU", "G2": "CPU", "A3": "CPU"}
 
 
@@ -115,11 +120,18 @@ def sku(
     }  # fmt: skip
 
 
+def fixture_skus() -> list[dict[str, Any]]:
+    """The recorded SKU rows of fixtures/skus.json (their sources are beside them there)."""
+    doc = json.loads(FIXTURE_SKUS.read_text())
+    return [row["sku"] for row in doc["skus"]]
+
+
 def default_skus() -> list[dict[str, Any]]:
     """Both description formats, plus decoys (commitments, storage, egress, other regions,
-    custom and sole-tenant cores, workstation GPUs) that must never be used."""
+    custom and sole-tenant cores, workstation GPUs) that must never be used, and the
+    recorded rows of fixtures/skus.json."""
     r = ["us-central1"]
-    out = []
+    out = fixture_skus()
     for (kind, what), (od, spot) in PRICES.items():
         if kind == "gpu":
             name = (
