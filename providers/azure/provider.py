@@ -24,9 +24,11 @@ from providers.base import Capabilities
 __all__ = ["AzureProvider", "vm_name"]
 
 CAPABILITIES = Capabilities(
-    # Azure tag values: up to 256 characters; keys may not contain <>%&\?/.
+    # Azure tag values: up to 256 characters, any printable character. The <>%&\?/ rule
+    # is for tag names ("Use tags to organize your Azure resources", Limitations), which
+    # instances.tag_key() applies to keys.
     label_max_length=256,
-    label_pattern=r"[^\x00-\x1f\x7f<>%&\\?/]",
+    label_pattern=r"[^\x00-\x1f\x7f]",
     lowercase_labels=False,
     idempotency_window=None,  # deterministic VM names
     visibility_delay=ttl.VISIBILITY_DELAY,

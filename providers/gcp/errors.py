@@ -68,7 +68,7 @@ _CONFIG_KEYS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
 )
 # GCE's 403: "Required 'compute.instances.create' permission for 'projects/p/zones/z/...'"
 _PERMISSION = re.compile(r"Required '([\w.]+)' permission", re.I)
-ROLE_FILE = "providers/gcp/iam-role.yaml"
+ROLE_FILE = "providers/gcp/iam-role.json"
 
 
 def config_key(text: str) -> str | None:

@@ -314,9 +314,10 @@ class Instances:
         raws: list[Any] = []
         for i in range(0, len(want), OPS_NAMES_PER_CALL):
             chunk = want[i : i + OPS_NAMES_PER_CALL]
+            # Names and project ids are [a-z0-9-]: nothing in them is a regex operator.
             flt = (
-                f'targetLink eq ".*/projects/{re.escape(self._s.project)}/zones/{zone}/'
-                f'instances/({"|".join(re.escape(n) for n in chunk)})"'
+                f'targetLink eq ".*/projects/{self._s.project}/zones/{zone}/'
+                f'instances/({"|".join(chunk)})"'
             )
             raws += self._api.call(
                 f"zoneOperations.list in {zone}",

@@ -8,7 +8,8 @@ import pytest
 
 from providers.base import Market
 from providers.gcp import GcpProvider
-from providers.gcp.fake import FakeGcp, sku
+from providers.gcp.fake import FakeGcp
+from providers.gcp.fake_catalog import sku
 from providers.gcp.price_sheet import accelerator_key, gpu_key_from_tokens, parse_shape, parse_sku
 from tests.support.gcp_harness import settings
 
