@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from providers.aws.provider import AwsProvider
 
 CLOUD = "aws"
-GRANT = f"grant it (the policy spotwise needs is {POLICY_FILE})"
+GRANT = f"grant it: the daemon's policy is {POLICY_FILE}"
 DOCTOR_GROUP = "spotwise-doctor"
 
 
@@ -82,7 +82,7 @@ def _answer(exc: BaseException) -> tuple[str, str]:
 def _denied(checks: Checks, name: str, code: str, text: str) -> None:
     found = missing_permission(text)
     what = f"{found[0]} on {found[1]}" if found and found[1] else (found[0] if found else code)
-    checks.problem(name, f"{code}: not allowed ({what})", f"{GRANT}: {what}")
+    checks.problem(name, f"{code}: not allowed ({what})", GRANT)
 
 
 def _dry(checks: Checks, name: str, call: Any, *, ok: str, unknown: str = "") -> None:

@@ -20,6 +20,7 @@ from providers.azure.offerings import Offerings
 from providers.azure.prices import RetailPrices
 from providers.azure.settings import AzureSettings
 from providers.base import Capabilities
+from providers.preflight import Check
 
 __all__ = ["AzureProvider", "vm_name"]
 
@@ -66,6 +67,12 @@ class AzureProvider(CloudAdapter):
             settings.prices_url, timeout=settings.read_timeout.total_seconds(), emit=api.emit
         )
         super().__init__(api, Offerings(api, prices), Instances(api, owner))
+
+    def preflight(self) -> list[Check]:
+        """`spotwise doctor`: this subscription checked before the first job (preflight.py)."""
+        from providers.azure.preflight import preflight
+
+        return preflight(self)
 
     def __repr__(self) -> str:
         return f"AzureProvider(resource_group={self.settings.resource_group!r})"
