@@ -353,7 +353,10 @@ class FakeArm:
         if self.fail_create is not None:
             err, self.fail_create = self.fail_create, None
             raise err
-        known = [s for s in self.skus if s["name"] == size and loc in s["locations"]]
+        known = [  # ARM compares locations case-insensitively ("WestUS3")
+            s for s in self.skus
+            if s["name"] == size and loc.lower() in [x.lower() for x in s["locations"]]
+        ]  # fmt: skip
         if not known:
             raise ArmError(409, "SkuNotAvailable", f"{size} is not available in {loc}")
         nics = []
