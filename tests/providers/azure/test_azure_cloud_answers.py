@@ -42,8 +42,10 @@ def _snake(doc: Any) -> Any:
 def test_vms_are_read_from_the_wire_whatever_the_sdk_models_serialise_to(
     make: Any, arm: FakeArm, rg: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from azure.mgmt.compute._utils import model_base as compute_models
-    from azure.mgmt.network._utils import model_base as network_models
+    # The TypeSpec models of azure-mgmt-compute 38+ made to serialise as the msrest ones of
+    # 33 to 37 do; at those versions themselves .ci/sdk-floors runs every suite.
+    compute_models = pytest.importorskip("azure.mgmt.compute._utils.model_base")
+    network_models = pytest.importorskip("azure.mgmt.network._utils.model_base")
 
     original = compute_models.Model.as_dict
     for module in (compute_models, network_models):

@@ -55,7 +55,8 @@ EXPECTED = {
 
 def test_every_instance_status_of_the_sdk_is_placed() -> None:
     statuses = {s.name for s in compute_v1.Instance.Status} - {"UNDEFINED_STATUS"}
-    assert statuses == set(EXPECTED), "google-cloud-compute has a status this table lacks"
+    # Older releases of the SDK know fewer (1.20 has no PENDING or PENDING_STOP).
+    assert statuses - set(EXPECTED) == set(), "google-cloud-compute has a status not placed"
 
 
 @pytest.mark.parametrize("status", sorted(EXPECTED))
