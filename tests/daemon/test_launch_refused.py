@@ -17,10 +17,12 @@ MISSING = "ec2:RunInstances on arn:aws:ec2:us-east-1:1:spot-instances-request/*"
 @pytest.mark.parametrize(
     "error",
     [
-        NotPermitted(f"aws run_instances: UnauthorizedOperation (missing permission {MISSING})",
-                     MISSING),  # fmt: skip
-        SettingRefused("gcp launch: a3-ultragpu-8g does not boot from pd-balanced",
-                       "[providers.gcp] disk_type"),  # fmt: skip
+        NotPermitted(
+            f"aws run_instances: UnauthorizedOperation (missing permission {MISSING})", MISSING
+        ),
+        SettingRefused(
+            "gcp launch: a3-ultragpu-8g does not boot from pd-balanced", "[providers.gcp] disk_type"
+        ),
     ],
 )
 def test_a_refused_launch_marks_no_pool(make_world, error) -> None:
