@@ -40,7 +40,7 @@ DOCTOR_GROUP = "spotwise-doctor"
 
 def preflight(provider: AwsProvider) -> list[Check]:
     checks = Checks(CLOUD)
-    api = provider._api  # type: ignore[attr-defined]
+    api: Any = provider._api
     s = provider.settings
     ident = checks.run(
         "identity",
@@ -154,8 +154,8 @@ def _cheapest(offers: list[Offering], region: str) -> Offering | None:
 
 
 def _launch(checks: Checks, provider: AwsProvider, offer: Offering) -> None:
-    api = provider._api  # type: ignore[attr-defined]
-    instances = provider._instances  # type: ignore[attr-defined]
+    api: Any = provider._api
+    instances: Any = provider._instances
     region = offer.region
     tags = {TAG_OWNER: provider.owner, TAG_JOB: "doctor", TAG_ATTEMPT: "doctor"}
     request = LaunchRequest("spotwise-doctor", offer, ["true"], {}, tags)

@@ -232,8 +232,8 @@ class FakeArm:
                                         "dataActions": [], "notDataActions": []}]}, {}  # fmt: skip
             m = _IMAGE_VERSIONS.match(path)
             if m:
-                key = (m.group("pub").lower(), m.group("offer").lower(), m.group("sku").lower())
-                if key not in self.images:
+                image = (m.group("pub").lower(), m.group("offer").lower(), m.group("sku").lower())
+                if image not in self.images:
                     raise ArmError(404, "NotFound", f"Artifact: VMImage was not found: {path}")
                 return 200, [{"name": "22.04.2026051201", "location": m.group("loc"),
                               "id": f"{path}/22.04.2026051201"}], {}  # fmt: skip

@@ -31,7 +31,7 @@ def role() -> dict[str, Any]:
 
 def preflight(provider: AzureProvider) -> list[Check]:
     checks = Checks(CLOUD)
-    api = provider._api  # type: ignore[attr-defined]
+    api: Any = provider._api
     s = provider.settings
     token = checks.run(
         "identity",

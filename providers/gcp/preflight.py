@@ -34,7 +34,7 @@ def role() -> dict[str, Any]:
 
 def preflight(provider: GcpProvider) -> list[Check]:
     checks = Checks(CLOUD)
-    api = provider._api  # type: ignore[attr-defined]
+    api: Any = provider._api
     s = provider.settings
     creds = checks.run(
         "identity", api.credentials,
