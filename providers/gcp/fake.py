@@ -140,10 +140,20 @@ class FakeGcp:
 
     def preempt(self, name: str, action: str = "DELETE") -> None:
         """GCE reclaims a Spot VM: a compute.instances.preempted operation, then the VM is
-        TERMINATED (STOP) or gone (DELETE)."""
+        TERMINATED (STOP) or gone (DELETE). The operation is a system event as Compute
+        Engine's "Detect if a VM was preempted" shows it (`gcloud compute operations list
+        --filter operationType=compute.instances.preempted`: NAME systemevent-..., TYPE
+        compute.instances.preempted, HTTP_STATUS 200, STATUS DONE), with the fields of
+        compute_v1.Operation."""
         with self.lock:
             (zone, _), inst = next((k, v) for k, v in self.instances.items() if k[1] == name)
-            self._op(zone, "compute.instances.preempted", name, user="system")
+            op = self._op(zone, "compute.instances.preempted", name, user="system",
+                          statusMessage="Instance was preempted.")  # fmt: skip
+            systemevent = f"systemevent-{op['id']}-preempted"
+            del self.ops[(zone, str(op["name"]))]
+            op["name"] = systemevent
+            op["selfLink"] = op["selfLink"].rsplit("/", 1)[0] + "/" + systemevent
+            self.ops[(zone, systemevent)] = op
             if action == "DELETE":
                 del self.instances[(zone, name)]
             else:
