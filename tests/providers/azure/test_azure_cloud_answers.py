@@ -16,7 +16,7 @@ import pytest
 from providers.azure import AzureProvider
 from providers.azure.fake_arm import FakeArm
 from providers.azure.iam import actions
-from providers.azure.instances import tag_key, vm_name
+from providers.azure.instances import vm_name
 from providers.azure.settings import AzureSettings
 from providers.base import TAG_OWNER, EndReason, InstanceState, Market
 from tests.support.azure_fixtures import OWNER, request_for
@@ -105,6 +105,8 @@ def test_sizes_that_were_never_offered(make: Any) -> None:
 
 
 def test_tag_names_are_sanitised_and_values_kept(make: Any, arm: FakeArm, rg: str) -> None:
+    from providers.azure.instances import tag_key
+
     assert tag_key("team/ml?x") == "team_ml_x"
     provider = make()
     assert provider.capabilities.label("a/b?c&d") == "a/b?c&d"  # values may carry them
