@@ -188,3 +188,25 @@ def test_the_shipped_role_grants_every_call_the_adapter_makes(
     assert {"Microsoft.Network/virtualNetworks/subnets/join/action",
             "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action",
             "Microsoft.Compute/skus/read"} <= needed  # fmt: skip
+
+
+def test_an_authorization_failure_names_the_action_and_marks_no_pool(
+    provider: AzureProvider, arm: FakeArm
+) -> None:
+    from providers.azure.fake_arm import ArmError
+    from providers.base import CapacityUnavailable, NotPermitted
+
+    # ARM's message, as "Troubleshoot Azure RBAC" in the Azure docs quotes it.
+    arm.fail_create = ArmError(
+        403, "AuthorizationFailed",
+        "The client '11111111-1111-1111-1111-111111111111' with object id "
+        "'11111111-1111-1111-1111-111111111111' does not have authorization to perform "
+        "action 'Microsoft.Compute/virtualMachines/write' over scope '/subscriptions/"
+        f"{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/x' or the "
+        "scope is invalid. If access was recently granted, please refresh your credentials.",
+    )  # fmt: skip
+    with pytest.raises(NotPermitted) as got:
+        provider.launch(request_for())
+    assert not isinstance(got.value, CapacityUnavailable)
+    assert got.value.permission == "Microsoft.Compute/virtualMachines/write"
+    assert "providers/azure/role-definition.json" in str(got.value)
