@@ -79,6 +79,11 @@ COMMANDS = (
     Command("db", "admin", "The database: schema (Alembic migrations), current revision, backup."),
     Command("service", "admin", "Run the daemon as a systemd service."),
     Command(
+        "doctor",
+        "doctor",
+        "Check each configured cloud account and the checkpoint store before the first job.",
+    ),
+    Command(
         "demo", "demo", "The whole system on the local market, start to finish (a minute or two)."
     ),
     Command(

@@ -49,7 +49,9 @@ REGION = "us-east-1"
 AWS_T4 = "g4dn.xlarge"
 GCP_T4 = "n1-standard-4+1xnvidia-tesla-t4"
 GCP_T4_SKU = "Spot Preemptible Nvidia Tesla T4 GPU running in Americas"
-GCP_T4_REST = 4 * 0.0116 + 15 * 0.00156  # n1-standard-4's spot cores and RAM
+# n1-standard-4's spot cores and RAM, and its 200 GiB pd-balanced boot disk at $0.100 per
+# GiB-month (providers/gcp/fixtures/skus.json)
+GCP_T4_REST = 4 * 0.0116 + 15 * 0.00156 + 200 * 0.10 / 730
 AZ_T4 = "Standard_NC4as_T4_v3"
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "AKIATHREECLOUDS00001",
@@ -295,7 +297,7 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
 ) -> None:
     c = clouds
     zones_aws = [f"{REGION}{z}" for z in "abcdef"]
-    # Leg 1 prices: AWS cheapest (us-east-1a, then 1b), GCP 0.2352, Azure 0.204246.
+    # Leg 1 prices: AWS cheapest (us-east-1a, then 1b), GCP 0.2626, Azure 0.204246.
     c.set_aws({z: 0.10 + 0.01 * i for i, z in enumerate(zones_aws)})
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(config_text(tmp_path, c))
