@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from scheduler.cli.common import ConfigOpt, Output, OutputOpt, out_console, print_json
+from scheduler.cli.common import ConfigOpt, Format, OutputOpt, out_console, print_json
 
 commands = typer.Typer()
 
@@ -31,7 +31,7 @@ def doctor(
         str | None, typer.Option(help="Check only this cloud: aws, gcp, azure")
     ] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Check each configured cloud account and the checkpoint store before the first job."""
     from providers.preflight import Check
@@ -64,7 +64,7 @@ def doctor(
     if cloud is None:
         checks.append(_store(cfg))
     problems = [c for c in checks if c.problem]
-    if output is Output.json:
+    if output is Format.json:
         print_json({"checks": [c.as_dict() for c in checks], "problems": len(problems)})
     else:
         _print(checks, providers, problems)
