@@ -32,6 +32,7 @@ from trainer.contract import (
     ENV_AZURE_ACCOUNT,
     ENV_CHECKPOINT_URI,
     ENV_JOB_ID,
+    EXIT_NO_GPU,
     exit_name,
     parse_uri,
 )
@@ -67,7 +68,7 @@ class BootParts:
 # (quoted words), {outcome_ok}, {record} (the lines from record_lines) and {job_log}, and
 # $state / $logdir set before it.
 _RUN_AND_RECORD = """argv=( {argv} )
-recorded=0
+{gpu_gate}recorded=0
 if {outcome_ok}python3 -c 'import trainer.outcome' >/dev/null 2>&1; then
   python3 -m trainer.outcome --uri "$SPOTWISE_CHECKPOINT_URI" --attempt "$SPOTWISE_ATTEMPT" \\
       -- "${{argv[@]}}" >>"$logdir/{job_log}" 2>&1
@@ -149,7 +150,7 @@ set -u
 logdir="${{SPOTWISE_LOG_DIR:-{log_dir}}}"
 mkdir -p "$state" "$logdir"
 {mark_started}{exports}
-{metadata}"""
+{metadata}{gpu_wait}"""
     + _RUN_AND_RECORD
     + """{tag_exit}{poweroff}
 """
@@ -157,11 +158,17 @@ mkdir -p "$state" "$logdir"
 
 
 def build(
-    parts: BootParts, command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True
+    parts: BootParts,
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    poweroff: bool = True,
+    gpu_wait_s: int = 0,
 ) -> str:
     """The bash script running `command` with `env` exported; LaunchRejected when the request
     cannot be expressed (an empty command, bad env names, a bad checkpoint URI, over the
-    cloud's size limit)."""
+    cloud's size limit). `gpu_wait_s` > 0: a GPU instance, whose job starts only once
+    nvidia-smi answers (gpu_wait)."""
     cloud = parts.cloud
     if not command:
         raise LaunchRejected(f"{cloud} launch: the job command is empty")
@@ -170,6 +177,7 @@ def build(
         names = ", ".join(json.dumps(k) for k in bad)
         raise LaunchRejected(f"{cloud} launch: invalid environment variable name(s): {names}")
     record, has_record = record_lines(env, cloud, parts.record_attempts, parts.record_retry_delay_s)
+    wait, gate = gpu_wait(gpu_wait_s)
     script = _TEMPLATE.format(
         finale=parts.finale,
         run_once=parts.run_once,
@@ -178,6 +186,8 @@ def build(
         mark_started=parts.mark_started,
         exports="\n".join(f"export {k}={shlex.quote(str(v))}" for k, v in env.items()),
         metadata=parts.metadata,
+        gpu_wait=wait,
+        gpu_gate=gate,
         argv=" ".join(shlex.quote(str(a)) for a in command),
         # Without a record to write, trainer.outcome has nothing to write either.
         outcome_ok="" if has_record else "false && ",
@@ -193,6 +203,39 @@ def build(
             "shorten the command or environment"
         )
     return script
+
+
+# How often the GPU wait asks nvidia-smi (seconds).
+GPU_POLL_S = 5
+
+# Defined before the job on a GPU instance: waits for the NVIDIA driver, which some images
+# install on first boot (GCP's Deep Learning VM with install-nvidia-driver=True takes
+# minutes), bounded by SPOTWISE_GPU_WAIT_S; a GPU that never appears is said in the job's
+# log and the attempt ends with EXIT_NO_GPU instead of running the job without CUDA.
+_GPU_WAIT = """spotwise_wait_gpu() {{
+  local limit="${{SPOTWISE_GPU_WAIT_S:-{limit}}}" waited=0
+  until nvidia-smi -L >/dev/null 2>&1; do
+    if [ "$waited" -ge "$limit" ]; then
+      echo "spotwise: no GPU: nvidia-smi did not answer within ${{limit}}s (no NVIDIA" \\
+           "driver on the image?); the job was not started (exit {code})" >>"$logdir/{job_log}"
+      return 1
+    fi
+    sleep "${{SPOTWISE_GPU_POLL_S:-{poll}}}"
+    waited=$((waited + ${{SPOTWISE_GPU_POLL_S:-{poll}}}))
+  done
+}}
+"""
+# Right after the argv is set: a box without its GPU runs `exit EXIT_NO_GPU` instead, so the
+# exit record says why the attempt ended.
+_GPU_GATE = "if ! spotwise_wait_gpu; then argv=( /bin/sh -c 'exit {code}' ); fi\n"
+
+
+def gpu_wait(seconds: int) -> tuple[str, str]:
+    """(the wait function, the gate after the argv) for a GPU instance; ("", "") without."""
+    if seconds <= 0:
+        return "", ""
+    wait = _GPU_WAIT.format(limit=int(seconds), code=EXIT_NO_GPU, job_log=JOB_LOG, poll=GPU_POLL_S)
+    return wait, _GPU_GATE.format(code=EXIT_NO_GPU)
 
 
 def record_lines(

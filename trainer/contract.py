@@ -64,6 +64,9 @@ ENV_AZURE_ACCOUNT = "AZURE_STORAGE_ACCOUNT_NAME"
 
 EXIT_PREEMPTED = 75  # "preempted, a durable checkpoint exists: start me again"
 EXIT_FENCED = 76  # "another attempt owns the store now: this one must not continue"
+# Written by the boot script, never by a job: the instance's GPU never appeared (no NVIDIA
+# driver answered nvidia-smi in time), so the job did not start; place it again elsewhere.
+EXIT_NO_GPU = 77
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,9 @@ class LocalSettings(StrictModel):
     kill_after: Duration = timedelta(seconds=10)  # SIGTERM -> SIGKILL
     clouds: list[str] | None = None  # subset of aws/gcp/azure offerings; None: all
     regions: list[str] | None = None  # subset of regions; None: all
+    # The market is a simulator whose offerings carry real clouds' names: next to a real
+    # cloud it is refused unless asked for (tests, demos of placement across both).
+    beside_clouds: bool = False
 
     @field_validator("state_dir")
     @classmethod

@@ -302,11 +302,15 @@ def config_from_toml(data: dict[str, Any], text: str, source: str) -> Config:
     if problems:
         raise UserError("\n".join(problems))
     try:
-        config = Config.model_validate(data).with_default_provider()
+        config = Config.model_validate(data)
     except ValidationError as e:
-        raise UserError(mask_urls(format_validation_error(e, source, lines))) from None
+        raise UserError(
+            mask_urls(format_validation_error(e, source, lines, model=Config, data=data))
+        ) from None
     except RecursionError:
         raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None
+    if "providers" not in data:  # no [providers] at all: the embedded local market
+        config = config.with_default_provider()
     problems = _cross_checks(config, lines, clean(source, 200))
     if problems:
         raise UserError("\n".join(problems))
@@ -322,12 +326,23 @@ def _cross_checks(config: Config, lines: dict[str, int], source: str) -> list[st
         key = f"daemon.{short}" if f"daemon.{short}" in lines else f"daemon.{long}"
         where = f"{key} (line {lines[key]})" if key in lines else key
         out.append(f"{source}: {where}: {why}")
+    p = config.providers
+    clouds = [n for n in ("aws", "gcp", "azure") if getattr(getattr(p, n), "enabled", False)]
+    if p.local is not None and clouds and not p.local.beside_clouds:
+        line = lines.get("providers.local")
+        where = f"providers.local (line {line})" if line else "providers.local"
+        out.append(
+            f"{source}: {where}: the local market is a simulator, refused beside "
+            f"{', '.join(clouds)}: remove [providers.local], or set beside_clouds = true "
+            "there to place on both (tests, demos)"
+        )
     teams = config.daemon.teams
     for i, b in enumerate(config.budgets):
         team = b.scope[5:] if b.scope.startswith("team:") else None
         if teams and team is not None and team not in teams:
             key = f"budgets.{i}.scope"
-            where = f"{key} (line {lines[key]})" if key in lines else key
+            shown = f"budgets[{i}] {b.name!r}.scope"
+            where = f"{shown} (line {lines[key]})" if key in lines else shown
             out.append(
                 f"{source}: {where}: team {team!r} is not in daemon.teams"
                 f"{_did_you_mean(team, teams)}; teams: {', '.join(teams)}"

@@ -45,6 +45,7 @@ from scheduler.state.db import is_postgres, open_db, sqlite_path
 from scheduler.state.files import find_config, load_config
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
+from scheduler.state.running_config import changes, record, summary
 
 log = logging.getLogger("spotwise.daemon")
 
@@ -123,12 +124,12 @@ class Daemon:
             self._db_identity = _file_identity(self._db_file)
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
-            self.record.claim(_version())
+            self.record.claim(_version(), record(self.config, self.config_path))
         self.reconciler = Reconciler(
             self.engine, self.config, build_providers(self.config), self.clock, fence=self.lease
         )
         self._scheduler: BackgroundScheduler | None = None
-        self.metrics = Metrics()
+        self.metrics = Metrics(_version(), _schema())
         self._last_pass = time.monotonic()
 
     def _install_handlers(self) -> None:
@@ -166,9 +167,17 @@ class Daemon:
                     getattr(self.reconciler, name)()
             if name == "reconcile":
                 self._last_pass = time.monotonic()
+                self.metrics.passed()
                 self._beat()
             if name == "accrue":
-                self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
+                holder = self.reconciler.catalogs
+                self.metrics.refresh(
+                    self.engine,
+                    holder.catalog,
+                    self.config,
+                    self.clock.now(),
+                    holder.provider_of_pool,
+                )
         except Exception:
             self.metrics.task_errors.labels(name).inc()
             log.exception("task %s failed; will run again on its next tick", name)
@@ -288,17 +297,52 @@ class Daemon:
         except Exception as e:  # a provider that cannot be built keeps the old ones
             log.error("config reload rejected: %s", str(e).splitlines()[0] if str(e) else e)
             return
+        changed_keys = changes(self.config, new)
         self.config = new
         self.reconciler.config = new
         self.reconciler.providers = providers
         self._schedule()
-        log.info("config reloaded from %s", self.config_path or "defaults")
+        self._record_config()
+        log.info(
+            "config reloaded from %s: %s",
+            self.config_path or "built-in defaults",
+            f"{len(changed_keys)} change(s)" if changed_keys else "nothing changed",
+        )
+        for line in changed_keys:
+            log.info("config reloaded: %s", line)
+
+    def _record_config(self) -> None:
+        """What this daemon runs with, beside its heartbeat (the CLI shows it)."""
+        text = record(self.config, self.config_path)
+        try:
+            if self.lease is not None:
+                self.lease.record_config(text)
+            elif self.record is not None:
+                self.record.record_config(text)
+        except Exception as e:  # the record is for people; the daemon goes on without it
+            log.warning("could not record the running config: %s", str(e).splitlines()[0])
+
+    def _banner(self) -> None:
+        """What this daemon runs with, first thing in its log: which file, where its state
+        is, which providers and budgets, where its metrics are."""
+        facts = summary(self.config)
+        log.info(
+            "spotwise %s starting: config %s; state directory %s; database %s",
+            _version(),
+            self.config_path or "built-in defaults (no config file)",
+            facts["state_dir"],
+            facts["database"],
+        )
+        log.info("providers: %s; teams: %s", facts["providers"], facts["teams"])
+        log.info("budgets: %s", facts["budgets"])
+        log.info("metrics: %s", facts["metrics"])
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> int:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        self._banner()
         if self.config.daemon.metrics_port is not None:
             self.metrics.serve(self.config.daemon.metrics_port)
         if self.lease is not None:
@@ -307,6 +351,7 @@ class Daemon:
                 self.lease.close()
                 return 0
             self.lease.start()
+            self._record_config()
             log.info("holding the lease (epoch %s): this daemon mutates", self.lease.epoch)
         systemd.notify("STATUS=first price poll")
         # Budgets first: a restarted daemon enforces hard limits before it launches anything.
@@ -319,7 +364,15 @@ class Daemon:
         self._schedule()
         self._scheduler.start()
         systemd.notify("READY=1")
-        log.info("spotwise daemon running (providers: %s)", ", ".join(self.reconciler.providers))
+        log.info(
+            "spotwise daemon running (providers: %s)",
+            ", ".join(self.reconciler.providers) or "none",
+        )
+        if not self.reconciler.providers:
+            log.warning(
+                "no provider configured: nothing will be placed until [providers.aws], "
+                "[providers.gcp] or [providers.azure] is set (then reload: SIGHUP)"
+            )
         watchdog = systemd.watchdog_seconds()
         checked = time.monotonic()
         while not self._stop.is_set():
@@ -379,6 +432,12 @@ def _file_identity(path: Path | None) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino)
+
+
+def _schema() -> str:
+    from scheduler.state.revisions import head_revision
+
+    return head_revision()
 
 
 def _version() -> str:

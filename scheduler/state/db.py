@@ -8,7 +8,6 @@ not both migrate); read commands never create or change a database.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,9 +19,8 @@ from sqlmodel import Session, select
 from providers.masking import mask_url_passwords
 from scheduler.core.errors import UserError
 from scheduler.state.paths import creatable
+from scheduler.state.revisions import LEGACY_REVISION, MIGRATIONS, head_revision
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-LEGACY_REVISION = "0001"  # what a 0.1 database (create_all, no alembic_version) matches
 MIGRATION_LOCK = 0x5707_0001  # pg_advisory_lock key held while migrating
 
 
@@ -136,27 +134,6 @@ def _alembic_config(connection: sa.Connection):  # type: ignore[no-untyped-def]
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
     return cfg
-
-
-def head_revision() -> str:
-    """The newest migration's revision, read from the migration files' `revision` and
-    `down_revision` lines: every CLI command checks it, and importing Alembic to ask would
-    cost it half a second (tests check this agrees with Alembic's own answer)."""
-    revisions: dict[str, str | None] = {}
-    for path in (MIGRATIONS / "versions").glob("[0-9]*.py"):
-        text = path.read_text()
-        rev, down = _REVISION.search(text), _DOWN_REVISION.search(text)
-        if rev is None or down is None:
-            raise RuntimeError(f"{path}: no revision/down_revision line")
-        revisions[rev.group(1)] = down.group(1)
-    heads = set(revisions) - set(revisions.values())
-    if len(heads) != 1:
-        raise RuntimeError(f"{MIGRATIONS}: expected one head revision, found {sorted(heads)}")
-    return heads.pop()
-
-
-_REVISION = re.compile(r'^revision\s*=\s*"([^"]+)"', re.M)
-_DOWN_REVISION = re.compile(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', re.M)
 
 
 def current_revision(engine: Engine) -> str | None:

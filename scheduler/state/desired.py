@@ -26,9 +26,15 @@ def new_job_id() -> str:
 
 
 def submit(
-    engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str, source: str = "<job>"
+    engine: Engine,
+    spec: JobSpec,
+    now: datetime,
+    checkpoint_root: str,
+    submitted_by: str = "",
+    source: str = "<job>",
 ) -> Job:
-    """Queue a job. A `checkpoint` another unfinished job uses, or a finished job's without
+    """Enqueue `spec` as a new PENDING job; `submitted_by` is the Unix user who asked. A
+    `checkpoint` another unfinished job uses, or a finished job's without
     `reuse_checkpoint = true`, is refused (UserError, one line naming the other job)."""
     job_id = new_job_id()
     uri = canonical_uri(spec.checkpoint) if spec.checkpoint else None
@@ -50,10 +56,18 @@ def submit(
         created_at=now,
         updated_at=now,
         deadline=spec.deadline_at(now),
+        submitted_by=submitted_by,
     )
     with Session(engine) as s:
         s.add(job)
-        emit(s, now, "submitted", f"{spec.name} ({', '.join(spec.gpus)})", job_id=job_id)
+        emit(
+            s,
+            now,
+            "submitted",
+            f"{spec.name} ({', '.join(spec.gpus)})",
+            job_id=job_id,
+            actor=submitted_by or None,
+        )
         s.commit()
         s.refresh(job)
     return job
@@ -75,7 +89,7 @@ def resolve(session: Session, ref: str) -> Job:
     raise UserError(f"no job {ref!r} (use an id from 'spotwise status')")
 
 
-def cancel(engine: Engine, ref: str, now: datetime) -> Job:
+def cancel(engine: Engine, ref: str, now: datetime, actor: str | None = None) -> Job:
     with Session(engine) as s:
         job = resolve(s, ref)
         if job.state.terminal:
@@ -83,7 +97,7 @@ def cancel(engine: Engine, ref: str, now: datetime) -> Job:
         job.cancel_requested = True
         job.updated_at = now
         s.add(job)
-        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id)
+        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id, actor=actor)
         s.commit()
         s.refresh(job)
         return job

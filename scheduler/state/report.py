@@ -39,6 +39,7 @@ from scheduler.state.models import Attempt, Job, PriceSample, SpendBucket
 from trainer import contract
 
 GROUPS = ("job", "team", "cloud")
+CENT = 0.01  # below this an amount prints as $0.00: no percentage is made of it
 HOUR = timedelta(hours=1)
 
 
@@ -274,8 +275,12 @@ class Row:
 
     @property
     def savings_pct(self) -> float | None:
+        """None where a percentage would mislead: no comparison, or an amount under a cent
+        on either side ($0.004 against $0.02 is not '82% saved')."""
         sav = self.savings_usd
-        return None if sav is None or self.ondemand_usd <= 0 else 100.0 * sav / self.ondemand_usd
+        if sav is None or min(self.ondemand_usd, self.cost_usd) < CENT:
+            return None
+        return 100.0 * sav / self.ondemand_usd
 
     def to_dict(self, by: str) -> dict[str, Any]:
         out: dict[str, Any] = {by: self.key} if by else {}
@@ -450,7 +455,9 @@ def build(
             r.lost_hours += lost
             r.gpu_hours += hours * gpus
             r.interruptions += int(interrupted)
-            if offer is not None:
+            if a.end_reason is AttemptEnd.FAILED:
+                pass  # failed work saved nothing: its cost counts, no on-demand equivalent
+            elif offer is not None:
                 r.ondemand_usd += (hours - lost) * offer.price_per_hour
             else:
                 r.unpriced_hours += hours - lost
@@ -543,8 +550,10 @@ def _notes(
         "Useful hours leave out hours lost to interruptions: spotwise records no checkpoint "
         "times per attempt, so the last min(attempt hours, the job's checkpoint_interval) of "
         "each interrupted attempt is counted as lost (work since the trainer's last periodic "
-        "checkpoint); hours of attempts that failed, were cancelled or migrated count as "
-        "useful. Savings = on-demand - cost.",
+        "checkpoint); hours of attempts that were cancelled or migrated count as useful, "
+        "hours of attempts that failed have no on-demand equivalent (failed work saved "
+        "nothing; what it cost still counts). Savings = on-demand - cost; no percentage is "
+        "shown where either amount is under a cent.",
     ]
     unpriced = sorted(c.job_name for c in choices if c.offering is None)
     if unpriced:

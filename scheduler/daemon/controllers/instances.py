@@ -547,7 +547,11 @@ class InstanceController:
             a.detail = "the cloud no longer knows the instance"
         s.add(a)
         self._learn_pool(s, a, end)
-        if end in (AttemptEnd.LAUNCH_FAILED,) and inst.failure is not None:
+        if (
+            end in (AttemptEnd.LAUNCH_FAILED,)
+            and inst.failure is not None
+            and inst.failure.kind is not FailureKind.SETUP  # a permission: no pool's fault
+        ):
             mark_unavailable(
                 s,
                 inst.failure.pool or a.pool,

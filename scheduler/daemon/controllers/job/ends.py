@@ -116,7 +116,10 @@ class AttemptEnds:
             )
             job.not_before = now + timedelta(seconds=delay)
         s.add(job)
-        emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
+        # One event per failure: a launch failure's reason is the attempt's own detail,
+        # which the attempt's end event has already written in these very words.
+        if not (last.detail and t.reason == last.detail):
+            emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
 
 
 def final_progress(job: Job, reads: ProgressReads) -> dict[str, Any] | None:

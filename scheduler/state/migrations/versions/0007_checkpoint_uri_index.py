@@ -1,7 +1,7 @@
 """job.checkpoint_uri indexed: who else uses a checkpoint store, asked at submit and launch
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-12-12 09:00:00.000000
 
 Submit refuses a store another job uses, and the launch pass asks again before it claims
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
