@@ -132,6 +132,9 @@ class FailureKind(StrEnum):
     QUOTA = "quota"  # an account limit in that region: mark the pool
     REJECTED = "rejected"  # the request is wrong (this job's): fail the attempt
     FATAL = "fatal"  # the provider is misconfigured (credentials, image): mark the pool
+    # The account or the operator's config refused it (a missing permission, a setting the
+    # cloud will not take): no pool is at fault, so none is marked; the job waits.
+    SETUP = "setup"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,8 @@ class LaunchFailure:
             return cls(self.message, pool=self.pool)
         if self.kind is FailureKind.REJECTED:
             return LaunchRejected(self.message)
+        if self.kind is FailureKind.SETUP:
+            return SetupError(self.message)
         return FatalError(self.message)
 
 
@@ -288,6 +293,29 @@ class TransientError(ProviderError):
 class FatalError(ProviderError):
     """A failure retrying will not fix and that is not the request's fault (bad credentials,
     a configured image that does not exist)."""
+
+
+class SetupError(FatalError):
+    """The account or the operator's configuration refused the call, the same for every pool:
+    nothing is out of capacity, so no pool is marked; the message names what to change."""
+
+
+class NotPermitted(SetupError):
+    """The credentials lack a permission; `permission` names it (e.g. "ec2:RunInstances on
+    spot-instances-request"), and the message says which policy or role grants it."""
+
+    def __init__(self, message: str, permission: str = "") -> None:
+        super().__init__(message)
+        self.permission = permission
+
+
+class SettingRefused(SetupError):
+    """The cloud will not take an operator setting; `key` names it as the config file does
+    (e.g. "[providers.gcp] disk_type"), so the fix is one edit."""
+
+    def __init__(self, message: str, key: str = "") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @runtime_checkable

@@ -674,3 +674,103 @@ def test_shell_lines_are_read_as_a_shell_would() -> None:
         ["spotwise", "daemon", "-c", "/tmp/a.toml"],
         ["spotwise", "status", "-o", "json"],
     ]
+
+
+# -- a fresh clone ------------------------------------------------------------------------------
+ACTIVATE = ". .venv/bin/activate"
+
+
+def parse_fully(argv: list[str]) -> str | None:
+    """None when the real CLI's parser takes `argv` (a literal command line: its command,
+    subcommand, arguments and options, each value checked by click); else click's message."""
+    import click
+    import typer
+
+    from scheduler.cli.app import app
+
+    command: Any = typer.main.get_command(app)
+    words = list(argv[1:])
+    name: str | None = "spotwise"
+    ctx = None
+    try:
+        while True:
+            ctx = command.make_context(name or "spotwise", words, parent=ctx)
+            if not isinstance(command, click.Group):
+                return None
+            rest = [*getattr(ctx, "protected_args", []), *ctx.args]
+            name, command, words = command.resolve_command(ctx, rest)
+    except click.exceptions.Exit:
+        return None
+    except click.ClickException as e:
+        return e.format_message()
+
+
+def _shell_blocks(text: str) -> list[list[tuple[int, str]]]:
+    return [body for lang, body in _fenced(text) if lang in SHELL_LANGUAGES]
+
+
+def test_every_readme_example_runs_from_a_fresh_clone() -> None:
+    """A bare `spotwise` is not on the PATH after `./dev demo`: the README says the one line
+    that puts it there right after the Quick start, and no shell block before that line
+    uses it; every file an example names exists."""
+    text = (ROOT / "README.md").read_text()
+    quick = text[: text.index("## Quick start")].count("\n") + 1
+    using = text[: text.index("## Using it")].count("\n") + 1
+    # A line to copy, in a shell block (prose is not pasted into a shell).
+    shown = [n for n, line in _shell_lines(text) if line.strip().startswith(ACTIVATE)]
+    assert shown, f"README.md: no shell block with `{ACTIVATE}`"
+    line_of_activation = shown[0]
+    assert quick < line_of_activation < using, "the activation belongs right after Quick start"
+    problems = []
+    for n, line in _shell_lines(text):
+        for words in _simple_commands(line):
+            if words and words[0] == "spotwise" and n < line_of_activation:
+                problems.append(f"README.md:{n}: bare `spotwise` before `{ACTIVATE}`: {line}")
+            for w in words:
+                if (
+                    re.fullmatch(r"(deploy|docs|scripts)/[\w./-]+\.\w+", w)
+                    and not (ROOT / w).exists()
+                ):
+                    problems.append(f"README.md:{n}: no file {w}")
+    assert not problems, "\n".join(problems)
+
+
+def test_your_first_own_job_is_four_real_commands() -> None:
+    """Right after the activation line: four commands that parse as the real CLI parses
+    them, on a job file that validates, the last following the job it submitted."""
+    from scheduler.state.files import load_jobspec
+
+    blocks = _shell_blocks((ROOT / "README.md").read_text())
+    at = next(i for i, b in enumerate(blocks) if any(ACTIVATE in line for _, line in b))
+    first_job = [line for _, line in blocks[at + 1] if line.strip()]
+    assert len(first_job) == 4, first_job
+    argvs = [a for line in first_job for w in _simple_commands(line) if (a := _program(w))]
+    assert len(argvs) == 4, argvs
+    problems = [f"{' '.join(a)}: {p}" for a in argvs if (p := parse_fully(a))]
+    assert not problems, "\n".join(problems)
+    job_file = next(w for w in argvs[1] if w.endswith(".toml"))
+    spec = load_jobspec(ROOT / job_file)
+    assert argvs[0][1] == "daemon" and "--dry-run" in argvs[1] and argvs[2][1] == "submit"
+    assert argvs[3][:3] == ["spotwise", "logs", spec.name] and "-f" in argvs[3]
+
+
+def test_the_demo_hints_are_runnable_as_printed(tmp_path: Path, monkeypatch: Any) -> None:
+    """What the demo's last lines suggest parses as a real command, with the program as
+    the demo was started (./dev) and the demo's own job names, no placeholders."""
+    from scheduler.lab.demo import hint_commands
+
+    monkeypatch.setenv("SPOTWISE_PROG", "./dev")
+    hints = hint_commands(tmp_path / "spotwise.toml", ["train-v100", "finetune-t4"])
+    assert hints and all(h.startswith("./dev ") and "<" not in h for h in hints)
+    assert (ROOT / "dev").stat().st_mode & 0o111
+    problems = []
+    for h in hints:
+        for words in _simple_commands(h):
+            argv = _program(words)
+            assert argv is not None, h
+            if p := parse_fully(argv):
+                problems.append(f"{h}: {p}")
+    assert not problems, "\n".join(problems)
+    monkeypatch.delenv("SPOTWISE_PROG")
+    monkeypatch.setenv("PATH", str(tmp_path))  # no spotwise on the PATH: the Python's -m
+    assert all(" -m scheduler " in h for h in hint_commands(tmp_path / "c.toml", ["x"]))

@@ -14,7 +14,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from providers.adapter import Clock, CloudApi
 from providers.aws.errors import CAPACITY_CODES, QUOTA_CODES, translate
-from providers.aws.notices import queue_region
 from providers.aws.settings import AwsSettings
 from providers.base import ProviderError
 
@@ -78,10 +77,15 @@ class Api(CloudApi):
         s = self.settings
         return self._client("pricing", s.pricing_region, s.pricing_endpoint_url)
 
-    def sqs(self) -> Any:
-        s = self.settings
-        region = s.sqs_region or queue_region(s.sqs_queue_url or "") or s.regions[0]
-        return self._client("sqs", region, s.sqs_endpoint_url)
+    def sqs(self, region: str) -> Any:
+        """The SQS client of one region (each region's interruption queue lives there)."""
+        return self._client("sqs", region, self.settings.sqs_endpoint_url)
+
+    def sts(self) -> Any:
+        return self._client("sts", self.settings.regions[0], self.settings.sts_endpoint_url)
+
+    def ssm(self, region: str) -> Any:
+        return self._client("ssm", region, self.settings.ssm_endpoint_url)
 
     def call(
         self, what: str, fn: Callable[[], Any], pool: str | None = None, request: bool = False

@@ -6,6 +6,7 @@ time an exception reaches us, so what arrives here is final for this call.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 from botocore.exceptions import (
@@ -23,16 +24,41 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
+from providers.aws.iam import missing_permission
 from providers.base import (
     CapacityUnavailable,
     FatalError,
     LaunchRejected,
+    NotPermitted,
     ProviderError,
     QuotaExceeded,
+    SettingRefused,
     Throttled,
     TransientError,
 )
 from providers.masking import mask_message
+
+# The credentials lack a permission: every pool answers the same, so none is marked.
+DENIED_CODES = frozenset(
+    {"UnauthorizedOperation", "AccessDenied", "AccessDeniedException", "UnauthorizedAccess"}
+)
+POLICY_FILE = "providers/aws/iam-policy.json"
+
+# RunInstances' InvalidParameterValue / InvalidParameterCombination name what is wrong in
+# their message; most often it is the AMI or the pool, not the job (real messages, each
+# with its source, are in tests/providers/aws/fixtures/run_instances_errors.json). First
+# match wins: (pattern, the setting it is about, or "" for the pool).
+_PARAMETER_BLAME: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.I), key)
+    for p, key in (
+        (r"\bAMI\b|architecture|Elastic Network Adapter|\bENA\b|boot ?mode|\bimage\b", "ami"),
+        (r"instance ?profile", "instance_profile"),
+        (r"\bsubnet", "subnet_ids"),
+        (r"security ?group", "security_group_ids"),
+        (r"key ?pair|KeyName", "key_name"),
+        (r"availability zone|instance type", ""),
+    )
+)
 
 # The pool has no room (or our price is below the market): try another offering.
 CAPACITY_CODES = frozenset(
@@ -147,10 +173,18 @@ def translate(
     message = mask_message(f"aws {what}: {detail}", _safe(secrets))
     out: ProviderError
     if isinstance(exc, ClientError):
-        if code in QUOTA_CODES:
+        blame = _blame(code, str(err.get("Message", ""))) if request else None
+        if code in DENIED_CODES:
+            out = not_permitted(message, str(err.get("Message", "")))
+        elif code in QUOTA_CODES:
             out = QuotaExceeded(message, pool)
         elif code in CAPACITY_CODES:
             out = CapacityUnavailable(message, pool)
+        elif blame == "":
+            out = CapacityUnavailable(message, pool)  # the pool: not offered as asked
+        elif blame:
+            key = f"[providers.aws] {blame}"
+            out = SettingRefused(f"{message} (the setting to change: {key})", key)
         elif request and code in REJECTED_CODES:
             out = LaunchRejected(message)
         elif code in FATAL_CODES:
@@ -177,6 +211,26 @@ def translate(
         out = TransientError(message)
     out.aws_code = code  # type: ignore[attr-defined,union-attr]
     return out
+
+
+def _blame(code: str, text: str) -> str | None:
+    """For a launch's InvalidParameter* error: the setting its message is about ("ami", ...),
+    "" when it is about the pool (zone, type), None when it is the job's request."""
+    if code not in ("InvalidParameterValue", "InvalidParameterCombination"):
+        return None
+    return next((key for pattern, key in _PARAMETER_BLAME if pattern.search(text)), None)
+
+
+def not_permitted(message: str, aws_text: str) -> NotPermitted:
+    """A denial that names the permission to grant, from AWS's own message when it says."""
+    found = missing_permission(aws_text)
+    permission = f"{found[0]} on {found[1]}" if found and found[1] else (found[0] if found else "")
+    named = f"missing permission {permission}; " if permission else ""
+    return NotPermitted(
+        f"{message} ({named}the policy spotwise needs is {POLICY_FILE}; "
+        "`spotwise doctor` checks it)",
+        permission,
+    )
 
 
 def _safe(secrets: Callable[[], Iterable[str]]) -> list[str]:

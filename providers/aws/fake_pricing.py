@@ -47,6 +47,27 @@ def product(region: str, instance_type: str, usd: float, operation: str = "RunIn
     )
 
 
+def _holds(flt: dict[str, Any], attrs: dict[str, str]) -> bool:
+    """One Filter as the Price List API applies it (API reference, Filter.Type): TERM_MATCH
+    and EQUALS an exact value, CONTAINS a substring, ANY_OF and NONE_OF a comma-separated
+    list of values. Fields the fake's products do not carry are taken as matching (the
+    real products all are Linux, shared, NA, Used)."""
+    field, value, kind = flt["Field"], str(flt["Value"]), flt.get("Type", "TERM_MATCH")
+    if field not in attrs:
+        return True
+    have = attrs[field]
+    if kind in ("TERM_MATCH", "EQUALS"):
+        return have == value
+    if kind == "CONTAINS":
+        return value in have
+    choices = [v.strip() for v in value.split(",")]
+    if kind == "ANY_OF":
+        return have in choices
+    if kind == "NONE_OF":
+        return have not in choices
+    raise ValueError(f"unknown filter type {kind}")
+
+
 class FakePricing:
     """Serves GetProducts from `prices[(region, type)]`, paging with MaxResults/NextToken."""
 
@@ -84,12 +105,10 @@ class FakePricing:
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
-        want = {f["Field"]: f["Value"] for f in body.get("Filters", [])}
         docs: list[str] = []
         for (region, itype), usd in sorted(self.prices.items()):
-            if want.get("regionCode", region) != region:
-                continue
-            if want.get("instanceType", itype) != itype:
+            attrs = {"regionCode": region, "instanceType": itype}
+            if not all(_holds(f, attrs) for f in body.get("Filters", [])):
                 continue
             docs.append(product(region, itype, usd))
             # A licensed (Windows/SQL) product that the filters would let through must be

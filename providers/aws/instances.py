@@ -183,7 +183,9 @@ class Instances:
             "MinCount": request.count,
             "MaxCount": request.count,
             "ClientToken": token,
-            "UserData": build_user_data(request.command, env, gang=request.count > 1),
+            "UserData": build_user_data(
+                request.command, env, gang=request.count > 1, gpus=o.gpu_count
+            ),
             "InstanceInitiatedShutdownBehavior": "terminate",
             "Placement": placement,
             # IMDSv2 only; hop limit 2 so a job in a container can read the interruption notice.
@@ -352,14 +354,12 @@ class Instances:
     def _apply_notices(self, instances: Sequence[Instance], now: datetime) -> None:
         if self._notices is None or not instances:
             return
-        try:
-            warned = self._notices.poll(now)
-        except (BotoCoreError, ClientError) as exc:
+        warned, errors = self._notices.poll(now)
+        for region, exc in errors:
             self._api.emit(
-                f"aws: cannot read the interruption queue: {error_code(exc)}: "
+                f"aws: cannot read the interruption queue of {region}: {error_code(exc)}: "
                 f"{mask_message(str(exc), self._api.secrets())}"
             )
-            return
         for inst in instances:
             at = warned.get(inst.id)
             if at is not None and inst.state is not InstanceState.ENDED:

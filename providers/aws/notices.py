@@ -52,40 +52,51 @@ def parse_message(body: str) -> tuple[str, datetime] | None:
 
 
 class InterruptionNotices:
-    """Drains the queue and remembers which instances have been warned, and when."""
+    """Drains each region's queue and remembers which instances have been warned, and when.
+    EventBridge delivers a rule's events only to targets in its own region (EventBridge User
+    Guide, "Sending and receiving events between AWS accounts and Regions": a cross-region
+    target must be another event bus), so there is one queue per region."""
 
-    def __init__(self, client: Callable[[], Any], queue_url: str) -> None:
+    def __init__(self, client: Callable[[str], Any], queues: dict[str, str]) -> None:
         self._client = client
-        self._url = queue_url
+        self._queues = dict(queues)
         self._seen: dict[str, datetime] = {}
         self._lock = threading.Lock()
 
-    def poll(self, now: datetime) -> dict[str, datetime]:
-        """Read what is waiting (no long poll), delete it, and return every known warning.
+    @property
+    def queues(self) -> dict[str, str]:
+        return dict(self._queues)
 
-        Raises botocore errors; the caller decides how loud a failure is.
-        """
+    def poll(self, now: datetime) -> tuple[dict[str, datetime], list[tuple[str, Exception]]]:
+        """Read what is waiting in every queue (no long poll), delete it, and return every
+        known warning, with the (region, error) of each queue that could not be read: one
+        queue failing never hides another's warnings."""
+        errors: list[tuple[str, Exception]] = []
         with self._lock:
-            sqs = self._client()
-            for _ in range(_MAX_BATCHES):
-                resp = sqs.receive_message(
-                    QueueUrl=self._url, MaxNumberOfMessages=10, WaitTimeSeconds=0
-                )
-                messages = resp.get("Messages", [])
-                if not messages:
-                    break
-                for m in messages:
-                    got = parse_message(m.get("Body", ""))
-                    if got:
-                        self._seen.setdefault(got[0], got[1])
-                sqs.delete_message_batch(
-                    QueueUrl=self._url,
-                    Entries=[
-                        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                        for i, m in enumerate(messages)
-                    ],
-                )
+            for region, url in sorted(self._queues.items()):
+                try:
+                    self._drain(self._client(region), url)
+                except Exception as exc:  # botocore's; the caller decides how loud
+                    errors.append((region, exc))
             for iid, at in list(self._seen.items()):
                 if now - at > NOTICE_KEEP:
                     del self._seen[iid]
-            return dict(self._seen)
+            return dict(self._seen), errors
+
+    def _drain(self, sqs: Any, url: str) -> None:
+        for _ in range(_MAX_BATCHES):
+            resp = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0)
+            messages = resp.get("Messages", [])
+            if not messages:
+                break
+            for m in messages:
+                got = parse_message(m.get("Body", ""))
+                if got:
+                    self._seen.setdefault(got[0], got[1])
+            sqs.delete_message_batch(
+                QueueUrl=url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
+            )

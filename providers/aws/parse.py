@@ -11,8 +11,10 @@ from providers.aws.userdata import EXIT_CODE_TAG
 from providers.base import (
     TAG_NODE,
     EndReason,
+    FailureKind,
     Instance,
     InstanceState,
+    LaunchFailure,
     Market,
     ResourceKind,
     ResourceRef,
@@ -32,14 +34,35 @@ _STATES = {
     "stopped": InstanceState.ENDED,
 }
 
-# StateReason.Code -> why the instance ended.
+# StateReason.Code -> why the instance ended. Every code botocore's EC2 model documents
+# (service-2.json, StateReason.Message) is here; tests/providers/aws/test_aws_state_reasons.py
+# reads them from the installed model, so a new code fails a test until it is placed.
 _REASONS = {
+    # The cloud took it back: an interruption to recover from.
     "Server.SpotInstanceTermination": EndReason.INTERRUPTED,
     "Server.SpotInstanceShutdown": EndReason.INTERRUPTED,
-    "Server.InsufficientInstanceCapacity": EndReason.INTERRUPTED,
+    "Server.ScheduledStop": EndReason.INTERRUPTED,  # a scheduled retirement
+    # Ours or a person's.
     "Client.UserInitiatedShutdown": EndReason.TERMINATED,
     "Client.UserInitiatedHibernate": EndReason.TERMINATED,
-    "Client.InstanceInitiatedShutdown": EndReason.EXITED,
+    "Client.InstanceTerminated": EndReason.TERMINATED,  # terminated during AMI creation
+    "Client.InstanceInitiatedShutdown": EndReason.EXITED,  # the boot script powered off
+    # It never ran: a launch that did not get its capacity or its disks.
+    "Server.InsufficientInstanceCapacity": EndReason.LAUNCH_FAILED,
+    "Server.InternalError": EndReason.LAUNCH_FAILED,
+    "Client.InternalError": EndReason.LAUNCH_FAILED,
+    "Client.InvalidSnapshot.NotFound": EndReason.LAUNCH_FAILED,
+    "Client.VolumeLimitExceeded": EndReason.LAUNCH_FAILED,
+}
+# What each launch-time code says about the pool: capacity and quota mark it; an internal
+# error marks nothing (the next launch may well work); a client error is the account's
+# setup (the AMI's snapshot, an EBS KMS key: "Client.InternalError: A client error caused
+# the instance to terminate during launch"), the same in every pool.
+_LAUNCH_FAILURES = {
+    "Server.InsufficientInstanceCapacity": FailureKind.CAPACITY,
+    "Client.VolumeLimitExceeded": FailureKind.QUOTA,
+    "Client.InternalError": FailureKind.SETUP,
+    "Client.InvalidSnapshot.NotFound": FailureKind.SETUP,
 }
 
 # "User initiated (2026-11-29 15:02:00 GMT)"; moto writes UTC instead of GMT.
@@ -97,8 +120,14 @@ def to_instance(raw: dict[str, Any], now: datetime, region: str = "") -> Instanc
         node=node_index(raw, tags),
     )
     if state is InstanceState.ENDED:
-        inst.end_reason = end_reason(raw.get("StateReason", {}).get("Code"))
+        reason = raw.get("StateReason") or {}
+        inst.end_reason = end_reason(reason.get("Code"))
         inst.ended_at = transition_time(raw.get("StateTransitionReason")) or now
+        kind = _LAUNCH_FAILURES.get(str(reason.get("Code", "")))
+        if kind is not None:
+            inst.failure = LaunchFailure(
+                kind, f"aws: {reason.get('Code')}: {reason.get('Message', '')}", inst.pool
+            )
         code = tags.get(EXIT_CODE_TAG, "")
         if code.lstrip("-").isdigit():
             inst.exit_code = int(code)

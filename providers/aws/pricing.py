@@ -25,6 +25,9 @@ from providers.masking import mask_message
 log = logging.getLogger("spotwise.providers.aws")
 
 SNAPSHOT_FILE = "ondemand_prices.csv"
+# Instance types per ANY_OF filter value: every GPU type of a region fits in one (about 65),
+# and the Filter's Value string stays far below the API's 1 KB request-field sizes.
+ANY_OF_MAX = 100
 
 # One Linux, shared-tenancy, no-preinstalled-software, used-capacity product per type/region.
 _BASE_FILTERS = (
@@ -153,13 +156,21 @@ class OnDemandPrices:
         return _Entry(found, now, from_snapshot=False, asked=asked)
 
     def _fetch(self, region: str, instance_types: Sequence[str]) -> dict[str, float]:
+        """Every type's price in one GetProducts query per region (paged): `instanceType`
+        ANY_OF a comma-separated list (Price List API reference, Filter.Type: "ANY_OF:
+        Returns products where the field value is any of the provided values"), rather than
+        one query per type, which cost about 65 sequential calls per region at start."""
         client = self._client()
         paginator = client.get_paginator("get_products")
+        wanted = sorted(set(instance_types))
         out: dict[str, float] = {}
-        for itype in sorted(set(instance_types)):
+        for chunk in _chunks(wanted, ANY_OF_MAX):
             filters = [
-                {"Type": "TERM_MATCH", "Field": f, "Value": v}
-                for f, v in (("instanceType", itype), ("regionCode", region), *_BASE_FILTERS)
+                {"Type": "ANY_OF", "Field": "instanceType", "Value": ",".join(chunk)},
+                *(
+                    {"Type": "TERM_MATCH", "Field": f, "Value": v}
+                    for f, v in (("regionCode", region), *_BASE_FILTERS)
+                ),
             ]
             pages = paginator.paginate(
                 ServiceCode="AmazonEC2",
@@ -170,6 +181,10 @@ class OnDemandPrices:
             for page in pages:
                 for doc in page.get("PriceList", []):
                     got = parse_product(doc)
-                    if got and got[0] == itype:
-                        out[itype] = min(out.get(itype, got[1]), got[1])
+                    if got and got[0] in chunk:
+                        out[got[0]] = min(out.get(got[0], got[1]), got[1])
         return out
+
+
+def _chunks(items: Sequence[str], size: int) -> list[list[str]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)] or [[]]

@@ -22,6 +22,7 @@ from providers.aws.offerings import Offerings
 from providers.aws.pricing import OnDemandPrices
 from providers.aws.settings import AwsSettings
 from providers.base import Capabilities
+from providers.preflight import Check
 
 __all__ = ["TAG_TOKEN", "AwsProvider", "client_token"]
 
@@ -67,9 +68,14 @@ class AwsProvider(CloudAdapter):
             emit=api.emit,
             secrets=api.secrets,
         )
-        notices = (
-            InterruptionNotices(api.sqs, settings.sqs_queue_url) if settings.sqs_queue_url else None
-        )
+        queues = settings.queues()
+        notices = InterruptionNotices(api.sqs, queues) if queues else None
         super().__init__(
             api, Offerings(api, networks, ondemand), Instances(api, networks, owner, notices)
         )
+
+    def preflight(self) -> list[Check]:
+        """`spotwise doctor`: this account checked before the first job (preflight.py)."""
+        from providers.aws.preflight import preflight
+
+        return preflight(self)

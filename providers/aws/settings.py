@@ -52,11 +52,16 @@ class AwsSettings(StrictModel):
     read_timeout: Duration = ttl.READ_TIMEOUT
     price_refresh: Duration = ttl.PRICE_REFRESH  # spot prices, zones and the offering cache
     catalog_refresh: Duration = ttl.CATALOG_REFRESH  # instance types and on-demand list prices
-    # Optional: an SQS queue fed by an EventBridge rule for "EC2 Spot Instance Interruption
-    # Warning" events; read on describe() to fill Instance.notice_at before the instance dies.
-    sqs_queue_url: str | None = None
-    sqs_region: str | None = None  # default: taken from the queue URL, else the first region
+    # Optional: SQS queues fed by EventBridge rules for "EC2 Spot Instance Interruption
+    # Warning" events; read on describe() to fill Instance.notice_at before the instance
+    # dies. EventBridge delivers only to a queue in the rule's own region, so each region
+    # needs its own queue: a table { us-east-1 = "https://sqs...", ... }. A single URL is
+    # the queue of the region it names (or `sqs_region`).
+    sqs_queue_url: str | dict[str, str] | None = None
+    sqs_region: str | None = None  # a single URL's region when the URL does not name one
     sqs_endpoint_url: str | None = None
+    ssm_endpoint_url: str | None = None  # resolving `resolve:ssm:` AMIs (`spotwise doctor`)
+    sts_endpoint_url: str | None = None  # the caller's identity (`spotwise doctor`)
 
     @field_validator("subnet_ids", "security_group_ids", "instance_types", mode="before")
     @classmethod
@@ -80,6 +85,27 @@ class AwsSettings(StrictModel):
             if missing:
                 raise ValueError(f"ami: no AMI given for region(s) {', '.join(missing)}")
         return self
+
+    @model_validator(mode="after")
+    def _queues_in_regions(self) -> AwsSettings:
+        if isinstance(self.sqs_queue_url, dict):
+            extra = [r for r in self.sqs_queue_url if r not in self.regions]
+            if extra:
+                raise ValueError(
+                    f"sqs_queue_url: {', '.join(extra)} is not one of the configured regions"
+                )
+        return self
+
+    def queues(self) -> dict[str, str]:
+        """region -> the interruption queue EventBridge fills there."""
+        from providers.aws.notices import queue_region
+
+        if isinstance(self.sqs_queue_url, dict):
+            return dict(self.sqs_queue_url)
+        if not self.sqs_queue_url:
+            return {}
+        region = queue_region(self.sqs_queue_url) or self.sqs_region or self.regions[0]
+        return {region: self.sqs_queue_url}
 
     def ami_for(self, region: str) -> str:
         return self.ami if isinstance(self.ami, str) else self.ami[region]

@@ -48,3 +48,9 @@ IMDS_TIMEOUT = timedelta(seconds=2)
 # anyway: S3 hiccups pass in seconds, and a box kept up to retry longer is billed.
 RECORD_ATTEMPTS = 5
 RECORD_RETRY_DELAY = timedelta(seconds=5)
+
+# On a GPU instance the job starts only once nvidia-smi answers: the Deep Learning Base AMI's
+# driver loads within a minute of boot; past this the GPU is taken as absent and the attempt
+# ends with "no GPU" (exit 77) rather than training on the CPU. Billed while it waits, so
+# bounded.
+GPU_WAIT = timedelta(seconds=600)

@@ -89,9 +89,16 @@ OUTPUT = InstanceOutput(
 
 
 def build_user_data(
-    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True, gang: bool = False
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    poweroff: bool = True,
+    gang: bool = False,
+    gpus: int = 0,
 ) -> str:
     """A bash script running `command` with `env` exported; raises LaunchRejected when the
-    request cannot be expressed (bad env names, an empty command, over 16 KB)."""
+    request cannot be expressed (bad env names, an empty command, over 16 KB). With `gpus`,
+    the job waits (bounded, ttl.GPU_WAIT) for the GPU to appear."""
     parts = replace(PARTS, metadata=_IMDS + _NODE) if gang else PARTS
-    return build(parts, command, env, poweroff=poweroff)
+    wait = int(ttl.GPU_WAIT.total_seconds()) if gpus > 0 else 0
+    return build(parts, command, env, poweroff=poweroff, gpu_wait_s=wait)

@@ -4,6 +4,7 @@ resource logic lives here."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import deque
@@ -87,7 +88,11 @@ class Api(CloudApi):
                 try:
                     from azure.identity import DefaultAzureCredential
 
-                    self._credential = _Recording(DefaultAzureCredential())
+                    # The configured cloud's authority (a sovereign cloud's tokens come
+                    # from its own login endpoint).
+                    self._credential = _Recording(
+                        DefaultAzureCredential(authority=self.settings.authority)
+                    )
                 except Exception as exc:
                     raise FatalError(
                         f"azure credentials: {type(exc).__name__}: {mask_message(str(exc))}"
@@ -104,8 +109,9 @@ class Api(CloudApi):
             "read_timeout": s.read_timeout.total_seconds(),
             "user_agent": "spotwise",
         }
-        if s.base_url:
-            kw["base_url"] = s.base_url
+        kw["base_url"] = s.arm_url
+        # The token's audience is the cloud's ARM, also when base_url points elsewhere.
+        kw["credential_scopes"] = [s.credential_scope]
         if self._auth_policy is not None:
             kw["authentication_policy"] = self._auth_policy
         return kw
@@ -144,10 +150,53 @@ class Api(CloudApi):
             ) from None
 
 
-def wire(obj: Any) -> dict[str, Any]:
-    """A TypeSpec model (or a plain dict) as its JSON wire form."""
-    if obj is None:
-        return {}
-    if isinstance(obj, dict):
-        return obj
-    return dict(obj.as_dict())
+class WireRead:
+    """The JSON bodies of every HTTP response one SDK call made, read through azure-core's
+    `raw_response_hook` (a per-call pipeline option every azure-mgmt operation passes on,
+    paged ones once per page): what ARM sent, never the SDK's models. Their serialisation
+    differs by SDK generation (msrest models in azure-mgmt-compute 33 to 37 give flattened
+    snake_case from as_dict(), TypeSpec models in 38+ the wire form), so reading the models
+    made a stopped Spot VM read as a pending on-demand one on the older SDKs."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def __call__(self, response: Any) -> None:
+        http = response.http_response
+        if not 200 <= int(getattr(http, "status_code", 0) or 0) < 300:
+            return
+        try:
+            doc = json.loads(http.text() or "null")
+        except ValueError:
+            return
+        if isinstance(doc, dict):
+            self.bodies.append(doc)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.bodies[-1] if self.bodies else {}
+
+    def items(self) -> list[dict[str, Any]]:
+        """The `value` rows of every page of a list call, in order."""
+        return [row for page in self.bodies for row in page.get("value") or []]
+
+
+def read_one(call: Callable[..., Any]) -> dict[str, Any]:
+    """The wire body of a single-resource call `call(raw_response_hook=...)`."""
+    got = WireRead()
+    call(raw_response_hook=got)
+    return got.last
+
+
+def read_list(call: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The wire rows of a paged list call `call(raw_response_hook=...)`, every page."""
+    got = WireRead()
+    for _ in call(raw_response_hook=got):
+        pass
+    return got.items()
+
+
+def body(doc: dict[str, Any]) -> bytes:
+    """A request body as JSON bytes: both SDK generations send bytes as they are, so what
+    goes on the wire is exactly `doc`, not a model's re-serialisation of it."""
+    return json.dumps(doc).encode()

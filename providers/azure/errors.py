@@ -7,6 +7,7 @@ read the errors that arrive later, in a failed VM's instance view (`failure_kind
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from azure.core.exceptions import (
@@ -23,8 +24,10 @@ from providers.base import (
     FailureKind,
     FatalError,
     LaunchRejected,
+    NotPermitted,
     ProviderError,
     QuotaExceeded,
+    SettingRefused,
     Throttled,
     TransientError,
 )
@@ -65,6 +68,18 @@ FATAL_CODES = frozenset(
     }
 )
 THROTTLE_CODES = frozenset({"TooManyRequests", "RetryableError", "Throttled"})
+# The caller lacks an action: ARM's message names it ("The client '<id>' with object id
+# '<oid>' does not have authorization to perform action '<action>' over scope '<scope>' or
+# the scope is invalid."). No pool is at fault.
+DENIED_CODES = frozenset({"AuthorizationFailed", "LinkedAuthorizationFailed"})
+_ACTION = re.compile(r"perform action '([^']+)'")
+ROLE_FILE = "providers/azure/role-definition.json"
+# An operator setting ARM refuses, and the key that holds it.
+SETTING_CODES = {
+    "ImageNotFound": "image",
+    "PlatformImageNotFound": "image",
+    "InvalidResourceReference": "subnet_id",
+}
 
 
 def error_code(exc: BaseException) -> str:
@@ -114,6 +129,18 @@ def translate(
             f"azure {what}: azure-core never sends a token over http; use an https base_url, "
             'or credentials = "anonymous" for a local fake'
         )
+    elif code in DENIED_CODES:
+        found = _ACTION.search(str(detail))
+        action = found.group(1) if found else ""
+        named = f"missing permission {action}; " if action else ""
+        out = NotPermitted(
+            f"{message} ({named}the role spotwise needs is {ROLE_FILE}; `spotwise doctor` "
+            "checks it)",
+            action,
+        )
+    elif code in SETTING_CODES:
+        key = f"[providers.azure] {SETTING_CODES[code]}"
+        out = SettingRefused(f"{message} (the setting to change: {key})", key)
     elif isinstance(exc, ClientAuthenticationError) or code in FATAL_CODES:
         out = FatalError(message)
     elif status == 429 or code in THROTTLE_CODES:

@@ -36,6 +36,15 @@ _RES = re.compile(
 )
 _SKUS = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$", re.IGNORECASE)
 _OPS = re.compile(r"^/subscriptions/[^/]+/providers/Fake/operations/(?P<id>\w+)$")
+_PERMISSIONS = re.compile(
+    r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Authorization/permissions$",
+    re.IGNORECASE,
+)
+_IMAGE_VERSIONS = re.compile(
+    r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/publishers/"
+    r"(?P<pub>[^/]+)/artifacttypes/vmimage/offers/(?P<offer>[^/]+)/skus/(?P<sku>[^/]+)/versions$",
+    re.IGNORECASE,
+)
 _TYPES = {
     "virtualmachines": ("Microsoft.Compute", "virtualMachines"),
     "disks": ("Microsoft.Compute", "disks"),
@@ -62,6 +71,16 @@ class FakeArm:
         self.fail_create: ArmError | None = None
         self.fail_later: tuple[str, str] | None = None  # (code, message) for the next create
         self.echo_auth = False
+        # Permissions - List For Resource Group: the caller's actions (Authorization REST
+        # reference, api-version 2022-04-01: {"value": [{"actions", "notActions", ...}]}).
+        self.actions: list[str] = ["*"]
+        self.not_actions: list[str] = []
+        # Marketplace images (publisher, offer, sku) with a version in every location.
+        self.images: set[tuple[str, str, str]] = {("microsoft-dsvm", "ubuntu-hpc", "2204")}
+        # Virtual Machines - List with $expand=instanceView is documented only with a
+        # $filter; rows without the view are what the adapter must cope with (the list
+        # examples of the REST specs, e.g. VirtualMachines_ListByLocation, carry none).
+        self.list_without_instance_view = False
         self._ids = itertools.count(1)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -74,6 +93,15 @@ class FakeArm:
         self.server.server_close()
 
     # -- helpers for tests -----------------------------------------------------------------
+    def reset_answers(self) -> None:
+        """Every injection and answer back to its default (the fake is shared per process)."""
+        with self.lock:
+            self.fail_create = self.fail_later = None
+            self.echo_auth = False
+            self.actions, self.not_actions = ["*"], []
+            self.images = {("microsoft-dsvm", "ubuntu-hpc", "2204")}
+            self.list_without_instance_view = False
+
     def rid(self, rg: str, type_: str, name: str) -> str:
         ns, t = _TYPES[type_.lower()]
         return f"/subscriptions/{self.sub}/resourceGroups/{rg}/providers/{ns}/{t}/{name}"
@@ -198,6 +226,17 @@ class FakeArm:
                 if op["error"]:
                     status["error"] = op["error"]
                 return 200, status, {}
+            if _PERMISSIONS.match(path):
+                return 200, {"value": [{"actions": list(self.actions),
+                                        "notActions": list(self.not_actions),
+                                        "dataActions": [], "notDataActions": []}]}, {}  # fmt: skip
+            m = _IMAGE_VERSIONS.match(path)
+            if m:
+                image = (m.group("pub").lower(), m.group("offer").lower(), m.group("sku").lower())
+                if image not in self.images:
+                    raise ArmError(404, "NotFound", f"Artifact: VMImage was not found: {path}")
+                return 200, [{"name": "22.04.2026051201", "location": m.group("loc"),
+                              "id": f"{path}/22.04.2026051201"}], {}  # fmt: skip
             if _SKUS.match(path):
                 flt = (query.get("$filter") or [""])[0]
                 loc = re.search(r"location eq '([^']+)'", flt)
@@ -216,7 +255,10 @@ class FakeArm:
             if name is None:
                 if method != "GET":
                     raise ArmError(405, "MethodNotAllowed")
-                rows = [self._view(d, expand) for (g, _), d in store.items() if g == rg.lower()]
+                view = expand and not (
+                    type_ == "virtualmachines" and self.list_without_instance_view
+                )
+                rows = [self._view(d, view) for (g, _), d in store.items() if g == rg.lower()]
                 return 200, {"value": rows}, {}
             key = (rg.lower(), name.lower())
             doc = store.get(key)
@@ -311,7 +353,10 @@ class FakeArm:
         if self.fail_create is not None:
             err, self.fail_create = self.fail_create, None
             raise err
-        known = [s for s in self.skus if s["name"] == size and loc in s["locations"]]
+        known = [  # ARM compares locations case-insensitively ("WestUS3")
+            s for s in self.skus
+            if s["name"] == size and loc.lower() in [x.lower() for x in s["locations"]]
+        ]  # fmt: skip
         if not known:
             raise ArmError(409, "SkuNotAvailable", f"{size} is not available in {loc}")
         nics = []

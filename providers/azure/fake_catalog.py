@@ -1,5 +1,7 @@
 """Realistic figures for the fakes, read from ../shared/data/catalog/azure_vms.csv (with a
-built-in fallback): resource SKUs and Retail Prices rows for a few GPU sizes.
+built-in fallback): resource SKUs and Retail Prices rows for a few GPU sizes, plus the
+recorded westus3 rows of fixtures/ (sizes without a GPUs capability, 'WestUS3' casing, price
+rows of every productName variant), each with its source.
 
 Not a server itself: `skus()` is what FakeArm (fake_arm.py) answers the resource SKUs list
 with, and `price_rows()` what FakePrices (fake_prices.py) serves; point the SDK at those two
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,15 @@ FALLBACK = {
     ("Standard_ND96isr_H100_v5", "westus2"): (96, 1900, 8, 98.32, 39.328),
 }
 CSV = Path(__file__).resolve().parents[3] / "shared" / "data" / "catalog" / "azure_vms.csv"
+
+
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    """Recorded rows (westus3) with their sources: fixtures/resource_skus.json and
+    fixtures/price_rows.json."""
+    return json.loads((FIXTURES / name).read_text())
 
 
 @functools.cache
@@ -103,7 +115,7 @@ def skus() -> list[dict[str, Any]]:
             "capabilities": [{"name": "vCPUs", "value": "4"}, {"name": "MemoryGB", "value": "16"}],
         })  # fmt: skip
         out.append({"resourceType": "disks", "name": "Premium_LRS", "locations": [loc]})
-    return out
+    return out + [r["sku"] for r in _fixture("resource_skus.json")["skus"]]
 
 
 def _row(size: str, loc: str, meter: str, product: str, price: float, type_: str = "Consumption",
@@ -138,4 +150,4 @@ def price_rows() -> list[dict[str, Any]]:
         ]
         out[-1]["reservationTerm"] = "1 Year"
     out.append(_row("Standard_D4s_v5", "eastus", "D4s v5", "Virtual Machines Dsv5 Series", 0.192))
-    return out
+    return out + [r["row"] for r in _fixture("price_rows.json")["rows"]]

@@ -9,6 +9,7 @@ from the VM itself (provisioningState, the instance view's error code, the power
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections.abc import Sequence
 from datetime import datetime
@@ -17,7 +18,7 @@ from typing import Any
 from azure.core.exceptions import ResourceNotFoundError
 
 from providers.azure import ttl
-from providers.azure.api import Api, wire
+from providers.azure.api import Api, body, read_list, read_one
 from providers.azure.errors import error_code, translate
 from providers.azure.offerings import CLOUD, split_zone
 from providers.azure.parse import resource, to_instance, vanished
@@ -53,6 +54,22 @@ _IN_USE = (
 
 # describe() lists the resource group instead of one GET per VM above this many refs.
 LIST_OVER = 3
+
+
+def _created(create: Any, get: Any) -> dict[str, Any]:
+    """Run a create poller to its end (its model is not read), then GET the resource as ARM
+    sends it: the id is all a VM needs of its NIC and IP."""
+    create().result()
+    return read_one(get)
+
+
+_TAG_NAME_FORBIDDEN = re.compile(r"[<>%&\\?/]")
+
+
+def tag_key(key: str) -> str:
+    """A tag name Azure accepts: at most 512 characters and none of <>%&\\?/ ("Use tags to
+    organize your Azure resources", Limitations: the rule is for names; values keep them)."""
+    return _TAG_NAME_FORBIDDEN.sub("_", str(key))[:512]
 
 
 def vm_name(token: str) -> str:
@@ -131,23 +148,23 @@ class Instances:
         now = self._api.now()
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
-        data = custom_data(request.command, env)  # LaunchRejected for a bad request
+        data = custom_data(request.command, env, gpus=o.gpu_count)  # LaunchRejected if bad
         subnet = s.subnet_for(o.region)
         if not subnet:
             raise FatalError(f"azure launch: no subnet_id configured for {o.region}")
-        tags = {str(k)[:512]: str(v)[:256] for k, v in request.tags.items()}
+        tags = {tag_key(k): str(v)[:256] for k, v in request.tags.items()}
         tags.setdefault(TAG_OWNER, self._owner)
         tags[TAG_TOKEN] = request.token[:256]
         tags[TAG_NODE] = "0"
         zone = split_zone(o.region, o.zone)
         nic_id = self._create_network(name, o.region, zone, subnet, tags, o.pool)
-        body = self._vm_body(request, name, zone, nic_id, data, tags)
+        vm_body = self._vm_body(request, name, zone, nic_id, data, tags)
         compute = self._api.compute()
         try:
             self._api.call(
                 f"create VM {name} ({o.instance_type}, {o.market.value}) in {o.zone}",
                 lambda: compute.virtual_machines.begin_create_or_update(
-                    self._rg, name, body, polling=False
+                    self._rg, name, body(vm_body), polling=False
                 ),
                 pool=o.pool,
                 request=True,
@@ -256,13 +273,16 @@ class Instances:
                 ip_body["zones"] = [zone]
             ip = self._api.call(
                 f"create public IP {name}-ip",
-                lambda: network.public_ip_addresses.begin_create_or_update(
-                    self._rg, f"{name}-ip", ip_body
-                ).result(),
+                lambda: _created(
+                    lambda: network.public_ip_addresses.begin_create_or_update(
+                        self._rg, f"{name}-ip", body(ip_body)
+                    ),
+                    lambda **kw: network.public_ip_addresses.get(self._rg, f"{name}-ip", **kw),
+                ),
                 pool=pool,
                 request=True,
             )
-            ipconf["publicIPAddress"] = {"id": wire(ip).get("id")}
+            ipconf["publicIPAddress"] = {"id": ip.get("id")}
         nic_body = {
             "location": location,
             "tags": rtags,
@@ -270,13 +290,16 @@ class Instances:
         }
         nic = self._api.call(
             f"create NIC {name}-nic",
-            lambda: network.network_interfaces.begin_create_or_update(
-                self._rg, f"{name}-nic", nic_body
-            ).result(),
+            lambda: _created(
+                lambda: network.network_interfaces.begin_create_or_update(
+                    self._rg, f"{name}-nic", body(nic_body)
+                ),
+                lambda **kw: network.network_interfaces.get(self._rg, f"{name}-nic", **kw),
+            ),
             pool=pool,
             request=True,
         )
-        return str(wire(nic).get("id"))
+        return str(nic.get("id"))
 
     def _delete_network(self, name: str) -> None:
         """Best effort, after a create that failed: what is left is found by list_tagged."""
@@ -294,12 +317,43 @@ class Instances:
     def _get(self, rg: str, name: str) -> dict[str, Any] | None:
         compute = self._api.compute()
         try:
-            vm = compute.virtual_machines.get(rg, name, expand="instanceView")
+            return read_one(
+                lambda **kw: compute.virtual_machines.get(rg, name, expand="instanceView", **kw)
+            )
         except ResourceNotFoundError:
             return None
         except Exception as exc:
             raise translate(exc, what=f"get VM {name}", secrets=self._api.secrets()) from None
-        return wire(vm)
+
+    def _list_vms(self, rg: str) -> list[dict[str, Any]]:
+        """Every VM of the group, each with its instance view. `$expand=instanceView` on a
+        list is documented only with a `$filter` (Virtual Machines - List, REST reference),
+        and list rows may come without it (as VirtualMachines_ListByLocation's example
+        does): such a VM's instance view is read on its own rather than taken as pending."""
+        compute = self._api.compute()
+        vms = self._api.call(
+            f"list VMs in {rg}",
+            lambda: read_list(
+                lambda **kw: compute.virtual_machines.list(rg, expand="instanceView", **kw)
+            ),
+        )
+        for vm in vms:
+            props = vm.setdefault("properties", {})
+            if props.get("instanceView") is None and vm.get("name"):
+                name = str(vm["name"])
+                try:
+                    props["instanceView"] = read_one(
+                        lambda name=name, **kw: compute.virtual_machines.instance_view(
+                            rg, name, **kw
+                        )
+                    )
+                except ResourceNotFoundError:
+                    props["instanceView"] = {}  # gone between the list and now
+                except Exception as exc:
+                    raise translate(
+                        exc, what=f"instance view of VM {name}", secrets=self._api.secrets()
+                    ) from None
+        return vms
 
     def _view(self, raw: dict[str, Any], ref: ResourceRef) -> Instance:
         now = self._api.now()
@@ -319,15 +373,9 @@ class Instances:
         groups: dict[str, int] = {}
         for ref in refs:
             groups[ref.scope or self._rg] = groups.get(ref.scope or self._rg, 0) + 1
-        compute = self._api.compute()
         for rg, n in groups.items():
             if n > LIST_OVER:
-                vms = self._api.call(
-                    f"list VMs in {rg}",
-                    lambda rg=rg: [  # type: ignore[misc]
-                        wire(v) for v in compute.virtual_machines.list(rg, expand="instanceView")
-                    ],
-                )
+                vms = self._list_vms(rg)
                 listed[rg] = {str(v.get("name", "")).lower(): v for v in vms}
         out = []
         for ref in refs:
@@ -364,10 +412,7 @@ class Instances:
         rg = self._rg
         now = self._api.now()
         out: list[TaggedResource] = []
-        vms = self._api.call(
-            f"list VMs in {rg}",
-            lambda: [wire(v) for v in compute.virtual_machines.list(rg, expand="instanceView")],
-        )
+        vms = self._list_vms(rg)
         ours: dict[str, dict[str, str]] = {}
         for raw in vms:
             if (raw.get("tags") or {}).get(TAG_OWNER) != owner:
@@ -381,7 +426,8 @@ class Instances:
             )
             out.append(TaggedResource(inst.ref, dict(inst.tags), not gone, inst.launched_at))
         nics = self._api.call(
-            f"list NICs in {rg}", lambda: [wire(n) for n in network.network_interfaces.list(rg)]
+            f"list NICs in {rg}",
+            lambda: read_list(lambda **kw: network.network_interfaces.list(rg, **kw)),
         )
         for raw in nics:
             props = raw.get("properties") or {}
@@ -389,7 +435,7 @@ class Instances:
                 out.append(resource(raw, ResourceKind.NIC, rg))
         ips = self._api.call(
             f"list public IPs in {rg}",
-            lambda: [wire(n) for n in network.public_ip_addresses.list(rg)],
+            lambda: read_list(lambda **kw: network.public_ip_addresses.list(rg, **kw)),
         )
         for raw in ips:
             props = raw.get("properties") or {}
@@ -397,7 +443,7 @@ class Instances:
                 out.append(resource(raw, ResourceKind.ADDRESS, rg))
         disks = self._api.call(
             f"list disks in {rg}",
-            lambda: [wire(d) for d in compute.disks.list_by_resource_group(rg)],
+            lambda: read_list(lambda **kw: compute.disks.list_by_resource_group(rg, **kw)),
         )
         for raw in disks:
             out.extend(self._disk(raw, owner, ours, now))
@@ -419,7 +465,7 @@ class Instances:
                 compute = self._api.compute()
                 try:
                     compute.disks.begin_update(
-                        self._rg, name, {"tags": {**tags, **vm_tags}}, polling=False
+                        self._rg, name, body({"tags": {**tags, **vm_tags}}), polling=False
                     )
                 except Exception as exc:
                     self._api.emit(f"azure: could not tag disk {name}: {error_code(exc)}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from providers.azure.api import Api, wire
+from providers.azure.api import Api, read_list
 from providers.azure.prices import RetailPrices
 from providers.azure.skus import GpuSize, parse_sku
 from providers.base import Market, Offering, ProviderError
@@ -75,9 +75,9 @@ class Offerings:
         compute = self._api.compute()
         raws = self._api.call(
             f"resource_skus.list in {location}",
-            lambda: [
-                wire(x) for x in compute.resource_skus.list(filter=f"location eq '{location}'")
-            ],
+            lambda: read_list(
+                lambda **kw: compute.resource_skus.list(filter=f"location eq '{location}'", **kw)
+            ),
         )
         found: dict[str, GpuSize] = {}
         for raw in raws:

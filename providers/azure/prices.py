@@ -2,7 +2,8 @@
 
 One query per location (Virtual Machines, Consumption rows, GPU sizes), following
 NextPageLink. Windows rows share armSkuName and meterName with Linux ones and are told
-apart by productName ("... Windows", also spelled "... Win"). Spot is the meter whose name
+apart by productName ("... Windows", also spelled "... Win"); Cloud Services and Dedicated
+Host rows and meters of a non-primary region are dropped too. Spot is the meter whose name
 contains "Spot"; on-demand the one with neither "Spot" nor "Low Priority". HTTP 429 is
 waited out (Retry-After) and retried within the same refresh.
 """
@@ -22,6 +23,12 @@ from providers.azure import ttl
 from providers.base import Throttled, TransientError
 
 _WINDOWS = re.compile(r"\bWin(dows)?\b", re.IGNORECASE)
+# Rows that are not the VM's Linux pay-as-you-go meter though they carry its armSkuName and
+# meterName: Cloud Services (classic) and Dedicated Host products. SkyPilot's
+# fetch_azure.py drops productName containing " Win", " Cloud Services" and
+# " CloudServices"; gpuhunt's azure.py filters out "Windows" and "Dedicated" (and Low
+# Priority meters). Either could replace the Linux on-demand price (3.06 became 3.60).
+_NOT_VM = re.compile(r"Cloud ?Services|Dedicated", re.IGNORECASE)
 
 
 def location_filter(location: str) -> str:
@@ -102,7 +109,12 @@ def _take(
     """Keep one Linux Consumption row (the newest effectiveStartDate per SKU and market)."""
     if item.get("type") != "Consumption" or item.get("armRegionName") != location:
         return
-    if _WINDOWS.search(str(item.get("productName", ""))):
+    product = str(item.get("productName", ""))
+    if _WINDOWS.search(product) or _NOT_VM.search(product):
+        return
+    # A meter billed from another region (isPrimaryMeterRegion false) repeats a price that
+    # is not this region's own.
+    if item.get("isPrimaryMeterRegion") is False:
         return
     if str(item.get("unitOfMeasure", "1 Hour")) != "1 Hour":
         return

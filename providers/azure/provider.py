@@ -20,13 +20,16 @@ from providers.azure.offerings import Offerings
 from providers.azure.prices import RetailPrices
 from providers.azure.settings import AzureSettings
 from providers.base import Capabilities
+from providers.preflight import Check
 
 __all__ = ["AzureProvider", "vm_name"]
 
 CAPABILITIES = Capabilities(
-    # Azure tag values: up to 256 characters; keys may not contain <>%&\?/.
+    # Azure tag values: up to 256 characters, any printable character. The <>%&\?/ rule
+    # is for tag names ("Use tags to organize your Azure resources", Limitations), which
+    # instances.tag_key() applies to keys.
     label_max_length=256,
-    label_pattern=r"[^\x00-\x1f\x7f<>%&\\?/]",
+    label_pattern=r"[^\x00-\x1f\x7f]",
     lowercase_labels=False,
     idempotency_window=None,  # deterministic VM names
     visibility_delay=ttl.VISIBILITY_DELAY,
@@ -64,6 +67,12 @@ class AzureProvider(CloudAdapter):
             settings.prices_url, timeout=settings.read_timeout.total_seconds(), emit=api.emit
         )
         super().__init__(api, Offerings(api, prices), Instances(api, owner))
+
+    def preflight(self) -> list[Check]:
+        """`spotwise doctor`: this subscription checked before the first job (preflight.py)."""
+        from providers.azure.preflight import preflight
+
+        return preflight(self)
 
     def __repr__(self) -> str:
         return f"AzureProvider(resource_group={self.settings.resource_group!r})"

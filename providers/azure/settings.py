@@ -19,6 +19,18 @@ from providers.settings import Duration, StrictModel
 DEFAULT_IMAGE = "microsoft-dsvm:ubuntu-hpc:2204:latest"
 PRICES_URL = "https://prices.azure.com/api/retail/prices"
 
+# Each Azure cloud's Resource Manager and the authority its tokens come from
+# (azure-identity's AzureAuthorityHosts; Azure Government's "Compare Azure Government and
+# global Azure" and Azure China's "Azure China developer guide" endpoint tables). A
+# sovereign cloud's token must be asked for its own ARM scope from its own authority: a
+# base_url alone asks login.microsoftonline.com for a management.azure.com token, which
+# the sovereign ARM refuses.
+CLOUDS: dict[str, tuple[str, str]] = {
+    "AzurePublicCloud": ("https://management.azure.com", "login.microsoftonline.com"),
+    "AzureUSGovernment": ("https://management.usgovcloudapi.net", "login.microsoftonline.us"),
+    "AzureChinaCloud": ("https://management.chinacloudapi.cn", "login.chinacloudapi.cn"),
+}
+
 _LOCATION = re.compile(r"^[a-z][a-z0-9]+$")
 _GUID = re.compile(r"^[0-9a-fA-F-]{36}$")
 _RG = re.compile(r"^[-\w._()]{1,90}$")
@@ -29,7 +41,9 @@ class AzureSettings(StrictModel):
     subscription_id: str
     resource_group: str  # every VM, NIC, disk and IP we create lives here
     locations: list[str] = Field(default_factory=lambda: ["eastus"], min_length=1)
-    base_url: str | None = None  # ARM root override (sovereign cloud, proxy, local fake)
+    # Which Azure: its ARM endpoint, token scope and authority (CLOUDS).
+    cloud: Literal["AzurePublicCloud", "AzureUSGovernment", "AzureChinaCloud"] = "AzurePublicCloud"
+    base_url: str | None = None  # ARM root override (a proxy, a local fake); default: the cloud's
     prices_url: str = PRICES_URL  # the full Retail Prices endpoint
     credentials: Literal["default", "anonymous"] = "default"
     # A marketplace URN "publisher:offer:sku:version" or an image / gallery image resource id.
@@ -99,6 +113,20 @@ class AzureSettings(StrictModel):
             if missing:
                 raise ValueError(f"subnet_id: no subnet given for location(s) {', '.join(missing)}")
         return self
+
+    @property
+    def arm_url(self) -> str:
+        """The Resource Manager root requests go to."""
+        return self.base_url or CLOUDS[self.cloud][0]
+
+    @property
+    def credential_scope(self) -> str:
+        """The scope tokens are asked for: the cloud's ARM audience, whatever base_url is."""
+        return f"{CLOUDS[self.cloud][0]}/.default"
+
+    @property
+    def authority(self) -> str:
+        return CLOUDS[self.cloud][1]
 
     def subnet_for(self, location: str) -> str | None:
         if isinstance(self.subnet_id, dict):

@@ -22,15 +22,26 @@ FAMILIES: tuple[tuple[re.Pattern[str], str, float], ...] = tuple(
         (r"^ND\d+amsr_A100_v4$", "A100", 80.0),  # NDm_A100_v4
         (r"^NC\d+r?s_v3$", "V100", 16.0),  # NCv3
         (r"^ND\d+rs_v2$", "V100", 32.0),  # NDv2
-        (r"^ND\d+isr_H100_v5$", "H100", 80.0),  # NDv5 H100
+        (r"^ND\d+isr?_H100_v5$", "H100", 80.0),  # NDv5 H100 (ND96isr and ND96is)
         (r"^NCC?\d+adi?s_H100_v5$", "H100", 94.0),  # NC H100 v5 (H100 NVL), NCC confidential
-        (r"^ND\d+isr_H200_v5$", "H200", 141.0),  # NDv5 H200
-        (r"^ND\d+isr_MI300X_v5$", "MI300X", 192.0),
+        (r"^ND\d+isr?_H200_v5$", "H200", 141.0),  # NDv5 H200
+        (r"^ND\d+isr?_MI300X_v5$", "MI300X", 192.0),  # ND96is_MI300X_v5
         (r"^NC\d+ads_A10_v4$", "A10", 24.0),
-        (r"^NV(?:36|72)ads_A10_v5$", "A10", 24.0),
+        (r"^NV(?:36|72)adm?s_A10_v5$", "A10", 24.0),  # NV36ads, NV36adms, NV72ads
         (r"^NV\d+s_v3$", "M60", 8.0),
     )
 )
+
+
+# GPU sizes whose resource SKU carries no `GPUs` capability at all: the count comes from
+# Azure's size documentation, as SkyPilot's fetch_azure.py AZURE_MISSING_GPU_COUNT records
+# ("observed 2026-09-02 via az vm list-skus --all"). The GB200/GB300 sizes are Grace (arm64)
+# machines whose GPUs providers.gpus does not name, so only MI300X is offered of these.
+MISSING_GPU_COUNT = {
+    "Standard_ND128isr_NDR_GB200_v6": 4,
+    "Standard_ND128isr_GB300_v6": 4,
+    "Standard_ND96is_MI300X_v5": 8,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,7 @@ def parse_sku(raw: dict[str, Any], location: str, allow: list[str]) -> GpuSize |
         return None
     gpu = gpu_of(name)
     caps = _caps(raw)
-    count = int(_num(caps.get("GPUs")))
+    count = int(_num(caps.get("GPUs"))) or MISSING_GPU_COUNT.get(name, 0)
     if gpu is None or count < 1:
         return None
     loc = location.lower()

@@ -40,3 +40,8 @@ TOMBSTONE_KEEP = timedelta(hours=6)
 # On the VM (boot script): the exit record is retried for about half a minute.
 RECORD_ATTEMPTS = 5
 RECORD_RETRY_DELAY = timedelta(seconds=5)
+
+# On a GPU instance the job starts only once nvidia-smi answers: the DSVM image's driver loads
+# within a minute or two of boot; past this the GPU is taken as absent and the attempt ends
+# with "no GPU" (exit 77) rather than training on the CPU. Billed while it waits, so bounded.
+GPU_WAIT = timedelta(seconds=600)

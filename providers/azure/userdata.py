@@ -35,11 +35,15 @@ OUTPUT = InstanceOutput(
 )
 
 
-def build_script(command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True) -> str:
-    """The bash script; LaunchRejected when the request cannot be expressed."""
-    return build(PARTS, command, env, poweroff=poweroff)
+def build_script(
+    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True, gpus: int = 0
+) -> str:
+    """The bash script; LaunchRejected when the request cannot be expressed. With `gpus`,
+    the job waits (bounded, ttl.GPU_WAIT) for the GPU to appear."""
+    wait = int(ttl.GPU_WAIT.total_seconds()) if gpus > 0 else 0
+    return build(PARTS, command, env, poweroff=poweroff, gpu_wait_s=wait)
 
 
-def custom_data(command: Sequence[str], env: Mapping[str, str]) -> str:
+def custom_data(command: Sequence[str], env: Mapping[str, str], *, gpus: int = 0) -> str:
     """osProfile.customData: the script, base64-encoded as ARM wants it."""
-    return base64.b64encode(build_script(command, env).encode()).decode()
+    return base64.b64encode(build_script(command, env, gpus=gpus).encode()).decode()

@@ -17,6 +17,34 @@ from providers.gcp.settings import GcpSettings
 
 log = logging.getLogger("spotwise.providers.gcp")
 CLOUD = "gcp"
+RESOURCE_MANAGER = "https://cloudresourcemanager.googleapis.com"
+
+
+def with_quota_project(credentials: Any, settings: GcpSettings) -> Any:
+    """User credentials (ADC from `gcloud auth application-default login`) bill API quota to
+    a quota project, which the Billing Catalog requires ("... requires a quota project,
+    which is not set by default"); the generated clients apply ClientOptions'
+    quota_project_id only to credentials they find themselves, so it is set here: the
+    configured `quota_project`, else the credentials' own, else `project`. Service account
+    credentials get one only when `quota_project` is configured (their own project pays)."""
+    if not hasattr(credentials, "with_quota_project"):
+        return credentials
+    wanted = settings.quota_project
+    if (
+        wanted is None
+        and _is_user(credentials)
+        and not getattr(credentials, "quota_project_id", None)
+    ):
+        wanted = settings.project
+    return credentials.with_quota_project(wanted) if wanted else credentials
+
+
+def _is_user(credentials: Any) -> bool:
+    try:
+        from google.oauth2.credentials import Credentials as UserCredentials
+    except ImportError:  # pragma: no cover - google-auth always has it
+        return False
+    return isinstance(credentials, UserCredentials)
 
 
 class Api(CloudApi):
@@ -29,6 +57,7 @@ class Api(CloudApi):
         self.settings = settings
         self._clients: dict[str, Any] = {}
         self._credentials = credentials
+        self._quota_set = False
         if credentials is None and settings.credentials == "anonymous":
             from google.auth.credentials import AnonymousCredentials
 
@@ -60,6 +89,9 @@ class Api(CloudApi):
                     )
                 except Exception as exc:  # DefaultCredentialsError and friends
                     raise translate(exc, what="application default credentials") from None
+            if not self._quota_set:
+                self._credentials = with_quota_project(self._credentials, self.settings)
+                self._quota_set = True
             return self._credentials
 
     def _client(self, key: str, factory: Callable[[], Any]) -> Any:
@@ -96,6 +128,20 @@ class Api(CloudApi):
             )
 
         return self._client("CloudCatalogClient", make)
+
+    def resource_manager(self) -> Any:
+        """An authorized HTTP session for the Resource Manager API (testIamPermissions)."""
+
+        def make() -> Any:
+            from google.auth.transport.requests import AuthorizedSession
+
+            return AuthorizedSession(self.credentials())
+
+        return self._client("AuthorizedSession", make)
+
+    @property
+    def resource_manager_url(self) -> str:
+        return self.settings.resource_manager_endpoint or RESOURCE_MANAGER
 
     @property
     def timeout(self) -> float:

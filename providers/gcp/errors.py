@@ -17,8 +17,10 @@ from providers.base import (
     FatalError,
     LaunchFailure,
     LaunchRejected,
+    NotPermitted,
     ProviderError,
     QuotaExceeded,
+    SettingRefused,
     Throttled,
     TransientError,
 )
@@ -50,12 +52,31 @@ REJECTED_CODES = frozenset(
     }
 )
 THROTTLE_CODES = frozenset({"RATE_LIMIT_EXCEEDED", "USER_RATE_LIMIT_EXCEEDED"})
-# Fields the operator configures: a 400 about them is the config's fault, not the job's.
-_CONFIG_FIELDS = re.compile(
-    r"sourceImage|subnetwork|networkInterfaces|network\b|serviceAccounts|diskType|"
-    r"diskSizeGb|scopes",
-    re.I,
+# Fields the operator configures: a 400 about them is the config's fault, not the job's,
+# and names the key to change (first match wins).
+_CONFIG_KEYS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(p, re.I), k)
+    for p, k in (
+        (r"sourceImage|\bimage\b", "image"),
+        (r"diskType", "disk_type"),
+        (r"diskSizeGb", "disk_size_gb"),
+        (r"subnetwork", "subnetwork"),
+        (r"networkInterfaces|network\b", "network"),
+        (r"serviceAccounts", "service_account"),
+        (r"scopes", "scopes"),
+    )
 )
+# GCE's 403: "Required 'compute.instances.create' permission for 'projects/p/zones/z/...'"
+_PERMISSION = re.compile(r"Required '([\w.]+)' permission", re.I)
+ROLE_FILE = "providers/gcp/iam-role.json"
+
+
+def config_key(text: str) -> str | None:
+    """The [providers.gcp] key a refusal's message is about, or None."""
+    key = next((k for p, k in _CONFIG_KEYS if p.search(text)), None)
+    return f"[providers.gcp] {key}" if key else None
+
+
 _STOCKOUT_TEXT = re.compile(
     r"does not have enough resources available|resource pool exhausted|stockout", re.I
 )
@@ -118,12 +139,21 @@ def translate(
         return CapacityUnavailable(message, pool)
     if set(codes) & THROTTLE_CODES or status == 429:
         return Throttled(message)
-    if (
-        request
-        and kind is FailureKind.REJECTED
-        and not _CONFIG_FIELDS.search(str(getattr(exc, "message", "") or ""))
-    ):
-        return LaunchRejected(message)
+    text = str(getattr(exc, "message", "") or "")
+    if status == 403 or isinstance(exc, gexc.Forbidden):
+        found = _PERMISSION.search(str(exc))
+        permission = found.group(1) if found else ""
+        named = f"missing permission {permission}; " if permission else ""
+        return NotPermitted(
+            f"{message} ({named}the role spotwise needs is {ROLE_FILE}; `spotwise doctor` "
+            "checks it)",
+            permission,
+        )
+    if request and kind is FailureKind.REJECTED:
+        key = config_key(text)
+        if key is None:
+            return LaunchRejected(message)
+        return SettingRefused(f"{message} (the setting to change: {key})", key)
     if status >= 500 or isinstance(exc, gexc.ServerError):
         return TransientError(message)
     return FatalError(message)  # 401/403/404 on config resources: retrying cannot help
@@ -140,6 +170,8 @@ def operation_failure(op: Any, pool: str | None, secrets: Iterable[str] = ()) ->
     kind = classify(codes, text, status) or (
         FailureKind.CAPACITY if status == 503 else FailureKind.FATAL
     )
-    if kind is FailureKind.REJECTED and _CONFIG_FIELDS.search(text):
-        kind = FailureKind.FATAL
+    key = config_key(text) if kind is FailureKind.REJECTED else None
+    if key is not None:  # the operator's setting, the same in every pool
+        kind = FailureKind.SETUP
+        text = f"{text} (the setting to change: {key})"
     return LaunchFailure(kind, mask_message(f"gcp insert: {text}", secrets), pool=pool)

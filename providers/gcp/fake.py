@@ -17,7 +17,6 @@ a person can keep one running from a Python shell the same way. `fake.close()` s
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import re
@@ -27,162 +26,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
-PROJECT = "spotwise-test"
-ZONES = ["us-central1-a", "us-central1-b", "europe-west4-a"]
-
-# (name, vCPUs, memory MiB, bundled accelerator, count)
-MACHINE_TYPES: dict[str, list[tuple[str, int, int, str, int]]] = {
-    "us-central1-a": [
-        ("n1-standard-4", 4, 15360, "", 0),
-        ("n1-standard-8", 8, 30720, "", 0),
-        ("n1-standard-16", 16, 61440, "", 0),
-        ("a2-highgpu-1g", 12, 87040, "nvidia-tesla-a100", 1),
-        ("a2-ultragpu-1g", 12, 174080, "nvidia-a100-80gb", 1),
-        ("g2-standard-4", 4, 16384, "nvidia-l4", 1),
-        ("a3-highgpu-8g", 208, 1916928, "nvidia-h100-80gb", 8),
-        ("e2-standard-4", 4, 16384, "", 0),
-    ],
-    "us-central1-b": [
-        ("n1-standard-4", 4, 15360, "", 0),
-        ("n1-standard-8", 8, 30720, "", 0),
-        ("g2-standard-4", 4, 16384, "nvidia-l4", 1),
-    ],
-    "europe-west4-a": [("n1-standard-4", 4, 15360, "", 0)],
-}
-ACCELERATORS: dict[str, list[tuple[str, int, str]]] = {
-    "us-central1-a": [
-        ("nvidia-tesla-t4", 4, "NVIDIA T4"),
-        ("nvidia-tesla-v100", 8, "NVIDIA V100"),
-        ("nvidia-tesla-a100", 16, "NVIDIA A100 40GB"),
-        ("nvidia-a100-80gb", 8, "NVIDIA A100 80GB"),
-        ("nvidia-l4", 8, "NVIDIA L4"),
-        ("nvidia-h100-80gb", 8, "NVIDIA H100 80GB"),
-    ],
-    "us-central1-b": [("nvidia-tesla-t4", 4, "NVIDIA T4"), ("nvidia-l4", 8, "NVIDIA L4")],
-    "europe-west4-a": [("nvidia-tesla-t4", 4, "NVIDIA T4")],
-}
-
-# us-central1 unit prices (USD/h per vCPU, per GiB, per GPU): on-demand, spot.
-PRICES = {
-    ("core", "N1"): (0.031611, 0.0116),
-    ("ram", "N1"): (0.004237, 0.00156),
-    ("core", "A2"): (0.031611, 0.0158),
-    ("ram", "A2"): (0.004237, 0.00212),
-    ("core", "G2"): (0.02499, 0.0105),
-    ("ram", "G2"): (0.002927, 0.00123),
-    ("core", "A3"): (0.029563, 0.0118),
-    ("ram", "A3"): (0.00176867, 0.0007),
-    ("gpu", "T4"): (0.35, 0.1654),
-    ("gpu", "V100"): (2.48, 1.24),
-    ("gpu", "A100"): (2.93391, 1.4341),
-    ("gpu", "A100 80GB"): (1.8462, 1.564),
-    ("gpu", "L4"): (0.56004, 0.2343),
-    ("gpu", "H100 80GB"): (4.20076, 4.0013),
-}
-_GROUP = {"N1": "N1Standard", "A2": "CPU", "G2": "CPU", "A3": "CPU"}
-
-
-def _money(v: float) -> dict[str, Any]:
-    units = int(v)
-    return {"currencyCode": "USD", "units": str(units), "nanos": round((v - units) * 1e9)}
-
-
-def sku(
-    desc: str, group: str, usage: str, price: float, regions: list[str], *,
-    family: str = "Compute", unit: str = "h",
-) -> dict[str, Any]:  # fmt: skip
-    digest = hashlib.sha256(f"{desc}|{regions}".encode()).hexdigest().upper()
-    sid = f"{digest[:4]}-{digest[4:8]}-{digest[8:12]}"
-    return {
-        "name": f"services/6F81-5844-456A/skus/{sid}",
-        "skuId": sid,
-        "description": desc,
-        "category": {
-            "serviceDisplayName": "Compute Engine", "resourceFamily": family,
-            "resourceGroup": group, "usageType": usage,
-        },
-        "serviceRegions": regions,
-        "pricingInfo": [{
-            "effectiveTime": "2026-11-01T00:00:00Z",
-            "pricingExpression": {
-                "usageUnit": unit, "usageUnitDescription": "hour", "baseUnit": "s",
-                "baseUnitDescription": "second", "baseUnitConversionFactor": 3600,
-                "displayQuantity": 1,
-                "tieredRates": [{"startUsageAmount": 0, "unitPrice": _money(price)}],
-            },
-        }],
-        "serviceProviderName": "Google",
-    }  # fmt: skip
-
-
-def default_skus() -> list[dict[str, Any]]:
-    """Both description formats, plus decoys (commitments, storage, egress, other regions,
-    custom and sole-tenant cores, workstation GPUs) that must never be used."""
-    r = ["us-central1"]
-    out = []
-    for (kind, what), (od, spot) in PRICES.items():
-        if kind == "gpu":
-            name = (
-                f"Nvidia Tesla {what}"
-                if what in ("T4", "V100", "A100", "A100 80GB")
-                else (f"Nvidia {what}")
-            )
-            out.append(sku(f"{name} GPU running in Americas", "GPU", "OnDemand", od, r))
-            if what in ("T4", "A100"):  # the older format
-                out.append(sku(f"Spot Preemptible {name} GPU running in Americas", "GPU",
-                               "Preemptible", spot, r))  # fmt: skip
-            else:
-                out.append(sku(f"{name} GPU attached to Spot Preemptible VMs running in Iowa",
-                               "GPU", "Preemptible", spot, r))  # fmt: skip
-        else:
-            noun = "Core" if kind == "core" else "Ram"
-            unit = "h" if kind == "core" else "GiBy.h"
-            group = _GROUP[what] if kind == "core" else "RAM"
-            base = (
-                f"{what} Predefined Instance {noun}" if what == "N1" else f"{what} Instance {noun}"
-            )
-            out.append(sku(f"{base} running in Americas", group, "OnDemand", od, r, unit=unit))
-            out.append(sku(f"Spot Preemptible {base} running in Americas", group, "Preemptible",
-                           spot, r, unit=unit))  # fmt: skip
-    out += [
-        sku("Commitment v1: A2 Cpu in Americas for 1 Year", "CPU", "Commit1Yr", 0.02, r),
-        sku(
-            "Commitment v1: Nvidia Tesla T4 GPU in Americas for 3 Year", "GPU", "Commit3Yr", 0.1, r
-        ),
-        sku("Storage PD Capacity", "PDStandard", "OnDemand", 0.04, r, family="Storage"),
-        sku(
-            "Network Internet Egress from Americas to EMEA",
-            "PremiumInternetEgress",
-            "OnDemand",
-            0.12,
-            r,
-            family="Network",
-        ),
-        sku(
-            "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Belgium",
-            "GPU",
-            "Preemptible",
-            0.01,
-            ["europe-west1"],
-        ),
-        sku("Custom Instance Core running in Americas", "N1Standard", "OnDemand", 0.001, r),
-        sku("N1 Sole Tenancy Instance Core running in Americas", "CPU", "OnDemand", 0.001, r),
-        sku(
-            "Nvidia Tesla T4 Virtual Workstation GPU running in Americas",
-            "GPU",
-            "OnDemand",
-            0.001,
-            r,
-        ),
-        sku(
-            "Spot Preemptible Nvidia Tesla T4 GPU running in Americas DWS Defined Duration",
-            "GPU",
-            "Preemptible",
-            0.001,
-            r,
-        ),
-    ]
-    return out
+from providers.gcp.fake_catalog import (
+    ACCELERATORS,
+    GOING_AWAY,
+    IMAGE_FAMILIES,
+    IMAGE_PROJECT,
+    MACHINE_TYPES,
+    OPS_PAGE,
+    PROJECT,
+    ZONES,
+    default_skus,
+)
 
 
 def _rfc3339(t: datetime) -> str:
@@ -225,6 +79,14 @@ class FakeGcp:
         self.request_ids: dict[str, tuple[str, str]] = {}
         self.log: list[tuple[str, str, dict[str, list[str]], Any]] = []
         self.auth_headers: list[str] = []
+        self.quota_headers: list[str] = []  # x-goog-user-project of each request
+        self.ops_returned = 0  # operations the zoneOperations.list answers carried
+        # projects.testIamPermissions: the permissions the caller holds (None: all asked).
+        self.granted: set[str] | None = None
+        # Image families that exist, per image project (images.getFromFamily).
+        self.images: dict[tuple[str, str], dict[str, Any]] = {
+            (IMAGE_PROJECT, f): _image(f) for f in IMAGE_FAMILIES
+        }
         # zone -> (code, message, http status, reads before the operation fails)
         self.fail_insert: dict[str, tuple[str, str, int, int]] = {}
         # zone -> (http status, reason, message): a synchronous insert error
@@ -255,6 +117,8 @@ class FakeGcp:
             self.stockout.clear()
             self.fail_skus = False
             self.skus = default_skus()
+            self.granted = None
+            self.quota_headers.clear()
 
     # ------------------------------------------------------------------ test controls
 
@@ -276,10 +140,20 @@ class FakeGcp:
 
     def preempt(self, name: str, action: str = "DELETE") -> None:
         """GCE reclaims a Spot VM: a compute.instances.preempted operation, then the VM is
-        TERMINATED (STOP) or gone (DELETE)."""
+        TERMINATED (STOP) or gone (DELETE). The operation is a system event as Compute
+        Engine's "Detect if a VM was preempted" shows it (`gcloud compute operations list
+        --filter operationType=compute.instances.preempted`: NAME systemevent-..., TYPE
+        compute.instances.preempted, HTTP_STATUS 200, STATUS DONE), with the fields of
+        compute_v1.Operation."""
         with self.lock:
             (zone, _), inst = next((k, v) for k, v in self.instances.items() if k[1] == name)
-            self._op(zone, "compute.instances.preempted", name, user="system")
+            op = self._op(zone, "compute.instances.preempted", name, user="system",
+                          statusMessage="Instance was preempted.")  # fmt: skip
+            systemevent = f"systemevent-{op['id']}-preempted"
+            del self.ops[(zone, str(op["name"]))]
+            op["name"] = systemevent
+            op["selfLink"] = op["selfLink"].rsplit("/", 1)[0] + "/" + systemevent
+            self.ops[(zone, systemevent)] = op
             if action == "DELETE":
                 del self.instances[(zone, name)]
             else:
@@ -291,6 +165,20 @@ class FakeGcp:
             (zone, _), inst = next((k, v) for k, v in self.instances.items() if k[1] == name)
             inst["status"] = "TERMINATED"
             self._op(zone, "compute.instances.guestTerminate", name, user="system")
+
+    def set_status(self, name: str, status: str) -> None:
+        """A VM in any compute_v1.Instance.Status (a preemption passes PENDING_STOP,
+        STOPPING and DEPROVISIONING; flex-start waits in PENDING)."""
+        with self.lock:
+            inst = next(v for k, v in self.instances.items() if k[1] == name)
+            inst["status"] = status
+
+    def other_operations(self, zone: str, count: int) -> None:
+        """Operations of other VMs in the zone (a busy project): deletes and preemptions."""
+        with self.lock:
+            for i in range(count):
+                kind = "compute.instances.preempted" if i % 2 else "delete"
+                self._op(zone, kind, f"someone-else-{i}", user="system")
 
     def add_instance(self, zone: str, name: str, labels: dict[str, str]) -> dict[str, Any]:
         """A VM created behind the adapter's back (a leak)."""
@@ -389,6 +277,11 @@ class FakeGcp:
     def _delete(self, zone: str, name: str, rid: str) -> tuple[int, dict[str, Any]]:
         if rid and rid in self.request_ids and self.request_ids[rid] in self.ops:
             return 200, self.ops[self.request_ids[rid]]
+        inst = self.instances.get((zone, name))
+        if inst is not None and inst["status"] in GOING_AWAY:
+            return _error(
+                400, "resourceNotReady", f"The resource '{_path(zone, name)}' is not ready"
+            )
         if (zone, name) not in self.instances:
             return _error(
                 404,
@@ -453,6 +346,18 @@ class FakeGcp:
             self.log.append((method, path, q, body))
             if path == "/v1/services/6F81-5844-456A/skus" and method == "GET":
                 return self._skus(q)
+            m = re.fullmatch(r"/v1/projects/([^/:]+):testIamPermissions", path)
+            if m and method == "POST":
+                asked = list((body or {}).get("permissions") or [])
+                held = [p for p in asked if self.granted is None or p in self.granted]
+                return 200, ({"permissions": held} if held else {})
+            m = re.fullmatch(r"/compute/v1/projects/([^/]+)/global/images/family/([^/]+)", path)
+            if m and method == "GET":
+                image = self.images.get((m.group(1), m.group(2)))
+                if image is None:
+                    return _error(404, "notFound", f"The resource 'projects/{m.group(1)}/global/"
+                                  f"images/family/{m.group(2)}' was not found")  # fmt: skip
+                return 200, image
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/aggregated/(\w+)", path)
             if m and method == "GET":
                 return 200, self._aggregated(m.group(2), q)
@@ -486,7 +391,14 @@ class FakeGcp:
             if coll == "operations":
                 if method == "GET" and name is None:
                     ops = [_public(self._read_op(v)) for (z, _), v in self.ops.items() if z == zone]
-                    return 200, {"items": [o for o in ops if matches(flt, o)]}
+                    items = [o for o in ops if matches(flt, o)]
+                    size = min(OPS_PAGE, int(q.get("maxResults", [str(OPS_PAGE)])[0]))
+                    start = int(q.get("pageToken", ["0"])[0] or 0)
+                    doc: dict[str, Any] = {"items": items[start : start + size]}
+                    self.ops_returned += len(doc["items"])
+                    if start + size < len(items):
+                        doc["nextPageToken"] = str(start + size)
+                    return 200, doc
                 if method == "GET":
                     op = self.ops.get((zone, name))
                     if op is None:
@@ -509,6 +421,9 @@ class FakeGcp:
                 auth = self.headers.get("Authorization")
                 if auth:
                     fake.auth_headers.append(auth)
+                quota = self.headers.get("x-goog-user-project")
+                if quota:
+                    fake.quota_headers.append(quota)
                 status, doc = fake.route(method, u.path, parse_qs(u.query), body)
                 data = json.dumps(doc).encode()
                 self.send_response(status)
@@ -527,6 +442,16 @@ class FakeGcp:
                 self._serve("DELETE")
 
         return Handler
+
+
+def _image(family: str) -> dict[str, Any]:
+    """An images.getFromFamily answer (compute_v1.Image's fields)."""
+    return {
+        "kind": "compute#image", "name": f"{family}-v20260512", "family": family,
+        "status": "READY", "architecture": "X86_64",
+        "selfLink": f"https://www.googleapis.com/compute/v1/projects/{IMAGE_PROJECT}/global/"
+                    f"images/{family}-v20260512",
+    }  # fmt: skip
 
 
 def _public(d: dict[str, Any]) -> dict[str, Any]:

@@ -36,7 +36,8 @@ from providers.base import (
     pool_key,
 )
 from providers.gcp.api import CLOUD, Api
-from providers.gcp.errors import operation_failure, translate
+from providers.gcp.errors import api_codes, operation_failure, translate
+from providers.gcp.machine_series import boot_disk_type
 from providers.gcp.price_sheet import parse_shape, shape_name
 from providers.gcp.settings import region_of_zone
 from providers.gcp.startup import build_startup_script
@@ -53,17 +54,31 @@ _ENDING_OPS = {
     "delete": EndReason.TERMINATED,
     "stop": EndReason.TERMINATED,
 }
-_OPS_FILTER = " OR ".join(f'(operationType = "{t}")' for t in ["insert", *_ENDING_OPS])
+# compute_v1.Instance.Status, every value (a test reads the enum from the installed
+# google-cloud-compute, so a new status fails it until it is placed here).
 _STATES = {
     "PROVISIONING": InstanceState.PENDING,
     "STAGING": InstanceState.PENDING,
+    # Flex-start and queued requests wait for capacity in PENDING (DWS): not yet a VM.
+    "PENDING": InstanceState.PENDING,
     "RUNNING": InstanceState.RUNNING,
     "REPAIRING": InstanceState.RUNNING,
+    # On its way down (a preemption goes RUNNING -> PENDING_STOP/STOPPING -> ...): the
+    # zone operations say why, so it never reads as a new launch.
+    "PENDING_STOP": InstanceState.ENDED,
     "STOPPING": InstanceState.ENDED,
+    "DEPROVISIONING": InstanceState.ENDED,
+    "STOPPED": InstanceState.ENDED,
+    "TERMINATED": InstanceState.ENDED,
     "SUSPENDING": InstanceState.ENDED,
     "SUSPENDED": InstanceState.ENDED,
-    "TERMINATED": InstanceState.ENDED,
 }
+# GCE answers DELETE with 400 resourceNotReady while the VM is busy going away (stopping
+# after a preemption, an earlier delete in flight): "The resource '...' is not ready"
+# (googleapis/google-api-python-client#485; the error body as in opstrace/opstrace#1218).
+NOT_READY = "RESOURCE_NOT_READY"
+# Names per zoneOperations.list filter (one regular expression on targetLink).
+OPS_NAMES_PER_CALL = 50
 # Instance names: [a-z]([-a-z0-9]{0,61}[a-z0-9])?
 _SLUG = re.compile(r"[^a-z0-9]+")
 
@@ -143,7 +158,8 @@ class Instances:
         name = instance_name(request.token)
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
-        script = build_startup_script(request.command, env)  # LaunchRejected before any call
+        # LaunchRejected before any call.
+        script = build_startup_script(request.command, env, gpus=o.gpu_count)
         ref = ResourceRef(name, o.region, o.zone, make_scope(o.instance_type, o.market))
         if self._get(o.zone, name) is not None or self._ops(o.zone, [name]).get(name):
             # A retry after a lost reply or a restart (the VM, or its insert/end on record):
@@ -219,16 +235,21 @@ class Instances:
             nic.access_configs = [
                 compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")
             ]
+        disk_type = boot_disk_type(machine, s.disk_type)  # SettingRefused: the config's
         disk = compute_v1.AttachedDisk(
             boot=True,
             auto_delete=True,  # the boot disk goes with the VM: nothing left to collect
             initialize_params=compute_v1.AttachedDiskInitializeParams(
                 source_image=s.image,
                 disk_size_gb=s.disk_size_gb,
-                disk_type=f"zones/{o.zone}/diskTypes/{s.disk_type}",
+                disk_type=f"zones/{o.zone}/diskTypes/{disk_type}",
                 labels=labels,
             ),
         )
+        items = [compute_v1.Items(key="startup-script", value=script)]
+        if o.gpu_count > 0:
+            # Deep Learning VM images install the NVIDIA driver only when asked to.
+            items.append(compute_v1.Items(key="install-nvidia-driver", value="True"))
         inst = compute_v1.Instance(
             name=name,
             machine_type=f"zones/{o.zone}/machineTypes/{machine}",
@@ -236,9 +257,7 @@ class Instances:
             disks=[disk],
             network_interfaces=[nic],
             labels=labels,
-            metadata=compute_v1.Metadata(
-                items=[compute_v1.Items(key="startup-script", value=script)]
-            ),
+            metadata=compute_v1.Metadata(items=items),
         )
         if sched.provisioning_model == "FLEX_START":
             inst.reservation_affinity = compute_v1.ReservationAffinity(
@@ -287,22 +306,37 @@ class Instances:
         return {r.name: r for r in raws if r.name in names}
 
     def _ops(self, zone: str, names: Iterable[str]) -> dict[str, list[Any]]:
-        """The insert and ending operations of these instance names, oldest first."""
-        want = set(names)
+        """The insert and ending operations of these instance names, oldest first. The list
+        is filtered on the instances' targetLink (a regular expression, GCE's `eq` filter
+        form), so a zone with thousands of other operations is not paged through."""
+        want = sorted(set(names))
         client = self._api.compute("ZoneOperationsClient")
-        raws = self._api.call(
-            f"zoneOperations.list in {zone}",
-            lambda: list(
-                client.list(
-                    request={"project": self._s.project, "zone": zone, "filter": _OPS_FILTER},
-                    timeout=self._api.timeout,
-                )
-            ),
-        )
+        raws: list[Any] = []
+        for i in range(0, len(want), OPS_NAMES_PER_CALL):
+            chunk = want[i : i + OPS_NAMES_PER_CALL]
+            # Names and project ids are [a-z0-9-]: nothing in them is a regex operator.
+            flt = (
+                f'targetLink eq ".*/projects/{self._s.project}/zones/{zone}/'
+                f'instances/({"|".join(chunk)})"'
+            )
+            raws += self._api.call(
+                f"zoneOperations.list in {zone}",
+                lambda flt=flt: list(  # type: ignore[misc]
+                    client.list(
+                        request={"project": self._s.project, "zone": zone, "filter": flt},
+                        timeout=self._api.timeout,
+                    )
+                ),
+            )
         out: dict[str, list[Any]] = {}
         for op in raws:
             n = _last(op.target_link)
-            if n in want and "/instances/" in op.target_link:
+            kind = op.operation_type
+            if (
+                n in want
+                and "/instances/" in op.target_link
+                and (kind == "insert" or kind in _ENDING_OPS)
+            ):
                 out.setdefault(n, []).append(op)
         for ops in out.values():
             ops.sort(key=lambda op: op.insert_time or "")
@@ -409,7 +443,7 @@ class Instances:
             else machine
         )
         spot = raw.scheduling and raw.scheduling.provisioning_model == "SPOT"
-        state = _STATES.get(raw.status, InstanceState.PENDING)
+        state = _STATES.get(str(raw.status), InstanceState.PENDING)
         labels = dict(raw.labels or {})
         inst = Instance(
             id=raw.name, cloud=CLOUD, region=region_of_zone(zone), zone=zone,
@@ -485,6 +519,14 @@ class Instances:
                     )  # fmt: skip
                 except gexc.NotFound:
                     continue
+                except gexc.BadRequest as exc:
+                    if NOT_READY in api_codes(exc):
+                        # Already going away (stopping after a preemption, an earlier
+                        # delete in flight): the stop is re-sent after stop_grace.
+                        continue
+                    raise translate(
+                        exc, what=f"instances.delete in {zone}", secrets=self._api.secrets()
+                    ) from None
                 except Exception as exc:
                     raise translate(
                         exc, what=f"instances.delete in {zone}", secrets=self._api.secrets()

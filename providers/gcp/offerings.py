@@ -11,9 +11,10 @@ from __future__ import annotations
 import threading
 from datetime import datetime
 
-from providers.base import Market, Offering, ProviderError
+from providers.base import Market, Offering, ProviderError, SettingRefused
 from providers.gcp import price_sheet, ttl
 from providers.gcp.api import CLOUD, Api
+from providers.gcp.machine_series import boot_disk_type
 from providers.gcp.price_sheet import PriceBook, Shape, accelerator_key
 from providers.gcp.settings import region_of_zone
 
@@ -119,25 +120,42 @@ class Offerings:
         self._book = (now, book)
         return book
 
+    def _once(self, key: str, message: str) -> None:
+        if key not in self._reported:
+            self._reported.add(key)
+            self._api.emit(message)
+
     def _region(
         self, region: str, shapes: dict[str, list[Shape]], book: PriceBook, now: datetime
     ) -> list[Offering]:
+        """Offerings priced as launched: the machine, its bundled local SSD and the boot
+        disk (`disk_size_gb` of the type the machine boots from)."""
         out: list[Offering] = []
+        s = self._api.settings
         for zone in sorted(z for z in shapes if region_of_zone(z) == region):
             for shape in shapes[zone]:
                 key = accelerator_key(shape.accelerator)
                 if key is None:
                     continue
-                od = book.price(region, shape, Market.ON_DEMAND)
-                spot = book.price(region, shape, Market.SPOT)
+                try:
+                    disk = boot_disk_type(shape.machine.name, s.disk_type)
+                except SettingRefused as exc:  # not bootable as configured: not offered
+                    self._once(f"disk:{shape.machine.name}", f"{exc}; not offered")
+                    continue
+                for part in book.missing_parts(region, disk):
+                    self._once(
+                        f"missing:{region}:{part}",
+                        f"gcp: no Billing Catalog price for {part} in {region}; offerings "
+                        "there exclude it",
+                    )
+                od = book.price(region, shape, Market.ON_DEMAND, disk, s.disk_size_gb)
+                spot = book.price(region, shape, Market.SPOT, disk, s.disk_size_gb)
                 if spot is not None and od is not None and spot > od:
-                    note = f"{region}/{shape.name}"
-                    if note not in self._reported:
-                        self._reported.add(note)
-                        self._api.emit(
-                            f"gcp: Spot price {spot:.5f}/h of {shape.name} in {region} is above "
-                            f"its on-demand price {od:.5f}/h; the Spot offering is left out"
-                        )
+                    self._once(
+                        f"{region}/{shape.name}",
+                        f"gcp: Spot price {spot:.5f}/h of {shape.name} in {region} is above "
+                        f"its on-demand price {od:.5f}/h; the Spot offering is left out",
+                    )
                     spot = None
                 for market, price in ((Market.SPOT, spot), (Market.ON_DEMAND, od)):
                     if price is None:

@@ -18,10 +18,27 @@ from typing import Any
 
 from providers import gpus
 from providers.base import Market
+from providers.gcp.machine_series import local_ssd_gib, price_family
 
 BILLING_SERVICE = "services/6F81-5844-456A"  # Compute Engine
-# Families whose VMs we price: N1 (GPUs attached) and the accelerator-optimised ones.
-FAMILIES = ("N1", "A2", "A3", "G2")
+# Families whose VMs we price: N1 (GPUs attached) and the accelerator-optimised ones, by
+# the word their Core and Ram SKUs carry (A3 Mega's are "A3Plus Instance Core/Ram").
+FAMILIES = ("N1", "A2", "A3", "A3PLUS", "A3ULTRA", "G2")
+# GCP bills disks per GiB-month of 730 hours (Compute Engine pricing; gpuhunt's
+# `hours_in_month = 730` for the same conversion).
+HOURS_PER_MONTH = 730.0
+# Storage SKUs we add to a VM's price, by how their description starts (real descriptions
+# as peers match them: infracost's google_compute_instance "SSD backed Local Storage( in .*)?"
+# and "... attached to (Spot )?Preemptible VMs", gpuhunt's "ssd backed local storage", and
+# "Balanced PD Capacity in <place>" / "SSD backed PD Capacity" / "Storage PD Capacity" /
+# "Hyperdisk Balanced Capacity" in recorded Billing Catalog reads).
+_STORAGE = (
+    (re.compile(r"^SSD backed Local Storage\b", re.I), "local-ssd"),
+    (re.compile(r"^Balanced PD Capacity\b", re.I), "pd-balanced"),
+    (re.compile(r"^SSD backed PD Capacity\b", re.I), "pd-ssd"),
+    (re.compile(r"^Storage PD Capacity\b", re.I), "pd-standard"),
+    (re.compile(r"^Hyperdisk Balanced Capacity\b", re.I), "hyperdisk-balanced"),
+)
 MACHINE_FILTER = 'name eq "(n1|a2|a3|g2)-.*"'
 
 # GPUs N1 accepts, with the counts GCE allows and the most vCPUs each count allows
@@ -91,7 +108,8 @@ class MachineType:
 
     @property
     def family(self) -> str:
-        return self.name.split("-", 1)[0].upper()
+        """The family word of this machine's Core and Ram SKUs ('A3PLUS' for a3-megagpu)."""
+        return price_family(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +179,10 @@ def gpu_key_from_tokens(tokens: Iterable[str]) -> GpuKey | None:
         mem_gb = next(m for m in gpus.MODELS if m.name == hit[0]).memory_gb[0]
     else:
         mem_gb = hit[1]
-    return GpuKey(hit[0], mem_gb, "MEGA" if "MEGA" in toks else "")
+    # a3-megagpu's H100s ("nvidia-h100-mega-80gb") are their own SKU, spelled "H100 80GB
+    # Mega", "H100 Mega 80GB" or "H100 80GB Plus" by region (SkyPilot's fetch_gcp.py;
+    # gpuhunt maps "nvidia-h100-80gb-plus" and "-mega" to the same GPU).
+    return GpuKey(hit[0], mem_gb, "MEGA" if {"MEGA", "PLUS"} & set(toks) else "")
 
 
 def accelerator_key(name: str) -> GpuKey | None:
@@ -188,13 +209,13 @@ def _tokens(description: str) -> list[str]:
     return re.findall(r"[A-Z0-9]+", description.upper())
 
 
-def _unit_price(sku: Any) -> float | None:
+def _unit_price(sku: Any, units: tuple[str, ...] = ("h", "GiBy.h")) -> float | None:
     infos = list(sku.pricing_info or [])
     if not infos:
         return None
     expr = infos[-1].pricing_expression
     unit = (expr.usage_unit or "").strip()
-    if unit not in ("h", "GiBy.h"):
+    if unit not in units:
         return None
     rates = sorted(expr.tiered_rates or [], key=lambda r: r.start_usage_amount)
     if not rates:
@@ -205,9 +226,32 @@ def _unit_price(sku: Any) -> float | None:
     return float(money.units or 0) + float(money.nanos or 0) / 1e9
 
 
+def _storage_sku(sku: Any) -> Sku | None:
+    """A local SSD or boot disk capacity SKU, priced per GiB-hour."""
+    text = str(sku.description or "")
+    kind = next((k for pattern, k in _STORAGE if pattern.match(text)), None)
+    if kind is None:
+        return None
+    infos = list(sku.pricing_info or [])
+    if not infos:
+        return None
+    unit = (infos[-1].pricing_expression.usage_unit or "").strip()
+    per = {"GiBy.mo": HOURS_PER_MONTH, "GiBy.h": 1.0}.get(unit)
+    price = _unit_price(sku, units=("GiBy.mo", "GiBy.h"))
+    if per is None or price is None:
+        return None
+    # Spot local SSD is its own SKU ("... attached to Spot Preemptible VMs"), which Google
+    # files under usage type OnDemand: the description decides. Disks are one price.
+    market = Market.SPOT if "preemptible" in text.lower() else Market.ON_DEMAND
+    regions = frozenset(sku.service_regions or [])
+    return Sku(kind, "", None, market, regions, price / per, text, sku.sku_id)
+
+
 def parse_sku(sku: Any) -> Sku | None:
-    """A Core, Ram or GPU SKU we compose prices from, or None for everything else."""
+    """A Core, Ram, GPU, local SSD or disk SKU we compose prices from, or None."""
     cat = sku.category
+    if cat.resource_family == "Storage":
+        return _storage_sku(sku)
     if cat.resource_family != "Compute":
         return None
     market = _USAGE.get(cat.usage_type)
@@ -257,7 +301,7 @@ class PriceBook:
         s = self._p.get((region, market, kind, what))
         return s.price if s else None
 
-    def price(self, region: str, shape: Shape, market: Market) -> float | None:
+    def machine(self, region: str, shape: Shape, market: Market) -> float | None:
         """GPU x count + Core x vCPU + Ram x GiB, or None when any part has no SKU."""
         m = shape.machine
         core = self.unit(region, market, "core", m.family)
@@ -266,7 +310,43 @@ class PriceBook:
         gpu = self.unit(region, market, "gpu", key) if key else None
         if core is None or ram is None or gpu is None:
             return None
-        return round(gpu * shape.count + core * m.vcpus + ram * m.memory_gb, 6)
+        return gpu * shape.count + core * m.vcpus + ram * m.memory_gb
+
+    def local_ssd(self, region: str, shape: Shape, market: Market) -> float | None:
+        """The bundled local SSD's price per hour (0 without one); None without its SKU.
+        A Spot VM's local SSD has its own SKU; the on-demand one stands in without it."""
+        gib = local_ssd_gib(shape.machine.name)
+        if not gib:
+            return 0.0
+        unit = self.unit(region, market, "local-ssd", "")
+        if unit is None:
+            unit = self.unit(region, Market.ON_DEMAND, "local-ssd", "")
+        return None if unit is None else unit * gib
+
+    def disk(self, region: str, disk_type: str, size_gb: int) -> float | None:
+        """The boot disk's price per hour (one price for Spot and on-demand VMs); None
+        without its SKU. Hyperdisk's provisioned IOPS and throughput are not included."""
+        unit = self.unit(region, Market.ON_DEMAND, disk_type, "")
+        return None if unit is None else unit * size_gb
+
+    def price(
+        self, region: str, shape: Shape, market: Market, disk_type: str = "", disk_gb: int = 0
+    ) -> float | None:
+        """What the VM costs an hour as launched: the machine (GPUs, cores, RAM), its bundled
+        local SSD and its boot disk. None when the machine or its local SSD has no SKU; a
+        boot disk without a SKU is left out (see missing_parts)."""
+        machine = self.machine(region, shape, market)
+        ssd = self.local_ssd(region, shape, market)
+        if machine is None or ssd is None:
+            return None
+        disk = self.disk(region, disk_type, disk_gb) if disk_type and disk_gb else 0.0
+        return round(machine + ssd + (disk or 0.0), 6)
+
+    def missing_parts(self, region: str, disk_type: str) -> list[str]:
+        """What price() had to leave out in `region` (to be said once in an event)."""
+        if disk_type and self.unit(region, Market.ON_DEMAND, disk_type, "") is None:
+            return [f"the {disk_type} boot disk"]
+        return []
 
 
 # ------------------------------------------------------------------------- fetching

@@ -17,6 +17,7 @@ from providers.gcp.api import Api
 from providers.gcp.instances import Instances, instance_name, request_id
 from providers.gcp.offerings import Offerings
 from providers.gcp.settings import GcpSettings
+from providers.preflight import Check
 
 __all__ = ["CAPABILITIES", "GcpProvider", "instance_name", "request_id"]
 
@@ -56,3 +57,9 @@ class GcpProvider(CloudAdapter):
         self.owner = owner
         api = Api(settings, credentials, clock)
         super().__init__(api, Offerings(api), Instances(api, owner, CAPABILITIES))
+
+    def preflight(self) -> list[Check]:
+        """`spotwise doctor`: this project checked before the first job (preflight.py)."""
+        from providers.gcp.preflight import preflight
+
+        return preflight(self)

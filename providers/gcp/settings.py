@@ -15,8 +15,16 @@ from pydantic import Field, field_validator, model_validator
 from providers.gcp import ttl
 from providers.settings import Duration, StrictModel
 
-# A public Deep Learning VM image family with the NVIDIA driver and CUDA.
-DEFAULT_IMAGE = "projects/deeplearning-platform-release/global/images/family/common-cu124-debian-11"
+# A public Deep Learning VM image family with CUDA; its NVIDIA driver is installed at first
+# boot when the VM's metadata says install-nvidia-driver=True (the adapter sets it on every
+# GPU VM, as SkyPilot's sky/templates/gcp-ray.yml.j2 does). Current DLVM families carry a
+# Python (-py310) or driver (-nvidia-570) suffix; this one is in public use by that name
+# (e.g. GoogleCloudPlatform deployments pinning .../family/common-cu128-ubuntu-2204-nvidia-570).
+# Checked against recorded use only: `spotwise doctor` resolves it in the user's project.
+DEFAULT_IMAGE = (
+    "projects/deeplearning-platform-release/global/images/family/"
+    "common-cu128-ubuntu-2204-nvidia-570"
+)
 DEFAULT_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 _REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
@@ -32,10 +40,18 @@ class GcpSettings(StrictModel):
     # Endpoint overrides (emulators, Private Service Connect, test fakes); http:// allowed.
     api_endpoint: str | None = None
     billing_endpoint: str | None = None
+    resource_manager_endpoint: str | None = None  # projects.testIamPermissions (doctor)
+    # The project user credentials (ADC from `gcloud auth application-default login`) bill
+    # their API quota to; the Billing Catalog refuses user credentials without one.
+    # Default: the credentials' own quota project, else `project`.
+    quota_project: str | None = None
     credentials: Literal["adc", "anonymous"] = "adc"
     image: str = DEFAULT_IMAGE
     disk_size_gb: int = Field(default=200, ge=10, le=65536)
-    disk_type: str = "pd-balanced"
+    # "auto": pd-balanced where the machine series takes it, else hyperdisk-balanced (A3
+    # Ultra, A4 and G4 boot only from Hyperdisk); a named type the series refuses is an error
+    # naming this key. See providers/gcp/machine_series.py.
+    disk_type: str = "auto"
     network: str = "global/networks/default"
     # One subnetwork for all regions, or one per region ("regions/R/subnetworks/S").
     subnetwork: str | dict[str, str] | None = None
@@ -69,7 +85,7 @@ class GcpSettings(StrictModel):
     def _one_or_many(cls, v: object) -> object:
         return [v] if isinstance(v, str) else v
 
-    @field_validator("api_endpoint", "billing_endpoint")
+    @field_validator("api_endpoint", "billing_endpoint", "resource_manager_endpoint")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
         if v is not None and not re.match(r"^https?://[^/\s]+", v):

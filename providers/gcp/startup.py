@@ -46,8 +46,10 @@ OUTPUT = InstanceOutput(
 
 
 def build_startup_script(
-    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True
+    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True, gpus: int = 0
 ) -> str:
     """A bash script running `command` with `env` exported; LaunchRejected when the request
-    cannot be expressed (bad env names, an empty command, over GCE's metadata limit)."""
-    return build(PARTS, command, env, poweroff=poweroff)
+    cannot be expressed (bad env names, an empty command, over GCE's metadata limit). With
+    `gpus`, the job waits (bounded, ttl.GPU_WAIT) for the driver the image installs."""
+    wait = int(ttl.GPU_WAIT.total_seconds()) if gpus > 0 else 0
+    return build(PARTS, command, env, poweroff=poweroff, gpu_wait_s=wait)

@@ -34,3 +34,9 @@ LIST_PAGE_SIZE = 500
 # before the VM powers off anyway (a VM kept up to retry longer is billed).
 RECORD_ATTEMPTS = 5
 RECORD_RETRY_DELAY = timedelta(seconds=5)
+
+# On a GPU instance the job starts only once nvidia-smi answers: the Deep Learning VM installs
+# the driver on first boot (install-nvidia-driver=True), which takes several minutes; past
+# this the GPU is taken as absent and the attempt ends with "no GPU" (exit 77) rather than
+# training on the CPU. Billed while it waits, so bounded.
+GPU_WAIT = timedelta(seconds=900)

@@ -37,7 +37,9 @@ COMMANDS = (
     Command(
         "status", "status", "One row per job, active and newest first: what it is doing and why."
     ),
-    Command("show", "show", "One job: attempts, events, cost."),
+    Command(
+        "show", "show", "One job: what it asked for, attempts and why each ended, events, cost."
+    ),
     Command(
         "logs",
         "logs",
@@ -54,11 +56,11 @@ COMMANDS = (
         "Put a HELD job back in the queue (a budget that still binds holds it again).",
     ),
     Command("requeue", "desired", "Run a FAILED job again, with its failure counters reset."),
-    Command("prices", "prices", "Current offerings from the configured providers, cheapest first."),
+    Command("prices", "prices", "Current offerings from the daemon's providers, cheapest first."),
     Command(
         "budget",
         "spend",
-        "Each budget: limit, window, spent, projected to the window's end, state.",
+        "Each budget the daemon enforces: limit, window, spent, projected, state.",
     ),
     Command(
         "cost",
@@ -70,12 +72,17 @@ COMMANDS = (
         "spend",
         "Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours.",
     ),
-    Command("events", "show", "The audit log: what the daemon decided and why."),
+    Command("events", "show", "The audit log: what the daemon decided and why, and who asked."),
     Command(
         "check-config", "admin", "Validate a config file; exit 2 with one message per problem."
     ),
-    Command("db", "admin", "The database schema (Alembic migrations)."),
+    Command("db", "admin", "The database: schema (Alembic migrations), current revision, backup."),
     Command("service", "admin", "Run the daemon as a systemd service."),
+    Command(
+        "doctor",
+        "doctor",
+        "Check each configured cloud account and the checkpoint store before the first job.",
+    ),
     Command(
         "demo", "demo", "The whole system on the local market, start to finish (a minute or two)."
     ),
@@ -86,9 +93,27 @@ COMMANDS = (
 
 
 def version_line() -> str:
-    """'spotwise X.Y.Z', from the installed distribution's metadata ('unknown' in a source
-    tree never installed). The metadata file is read directly where it is found on the path:
-    importing importlib.metadata to find it costs more than the rest of `--version`."""
+    """'spotwise X.Y.Z (database schema NNNN)': the version from the installed
+    distribution's metadata ('unknown' in a source tree never installed) and the schema this
+    spotwise needs (a database at another one is upgraded by `spotwise db upgrade`)."""
+    return f"{_version()} (database schema {schema_head()})\n"
+
+
+def schema_head() -> str:
+    """The newest migration's revision (scheduler.state.revisions: the standard library
+    alone, so `--version` imports nothing heavy)."""
+    from scheduler.state.revisions import head_revision
+
+    try:
+        return head_revision()
+    except (OSError, RuntimeError):
+        return "unknown"
+
+
+def _version() -> str:
+    """'spotwise X.Y.Z', from the installed distribution's metadata. The metadata file is
+    read directly where it is found on the path: importing importlib.metadata to find it
+    costs more than the rest of `--version`."""
     for entry in sys.path:
         try:
             names = os.listdir(entry or ".")
@@ -98,13 +123,13 @@ def version_line() -> str:
             if name.startswith("spotwise-") and name.endswith(".dist-info"):
                 version = _metadata_version(os.path.join(entry, name, "METADATA"))
                 if version:
-                    return f"spotwise {version}\n"
+                    return f"spotwise {version}"
     try:
         from importlib.metadata import version as installed
 
-        return f"spotwise {installed('spotwise')}\n"
+        return f"spotwise {installed('spotwise')}"
     except Exception:  # running from a source tree that was never installed
-        return "spotwise unknown\n"
+        return "spotwise unknown"
 
 
 def _metadata_version(path: str) -> str | None:
@@ -138,6 +163,11 @@ def main() -> None:
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(version_line())
         return
+    if "_SPOTWISE_COMPLETE" in os.environ:  # a shell's TAB: the common ones without Typer
+        from scheduler.cli.completion import answer
+
+        if answer():
+            return
     try:
         __getattr__("app")()
     except Exception as e:

@@ -110,7 +110,7 @@ def deadline(
 ) -> None:
     """Deadline policies replayed over real spot traces: cost, misses, score with 95% CI,
     ratio to optimal, worse-than-UP share and worst window against all-on-demand."""
-    from scheduler.lab.replay import scenarios
+    from scheduler.lab.replay import bench_settings
     from scheduler.lab.replay.split import Split
 
     t0 = time.perf_counter()
@@ -122,8 +122,8 @@ def deadline(
     if windows is not None and not sweep:
         _err.print("--windows applies to --sweep only (the other settings' windows are fixed)")
         raise typer.Exit(2)
-    if windows is not None and not 1 <= windows <= scenarios.MAX_SWEEP_WINDOWS:
-        _err.print(f"--windows must be 1 to {scenarios.MAX_SWEEP_WINDOWS}")
+    if windows is not None and not 1 <= windows <= bench_settings.MAX_SWEEP_WINDOWS:
+        _err.print(f"--windows must be 1 to {bench_settings.MAX_SWEEP_WINDOWS}")
         raise typer.Exit(2)
     chosen = choose_settings(chosen_split, sweep, quick, windows)
     summary = _run_settings(chosen, quick, jobs)

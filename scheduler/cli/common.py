@@ -28,14 +28,25 @@ if TYPE_CHECKING:
 
 class Output(StrEnum):
     table = "table"
-    wide = "wide"  # every column (status), as kubectl's -o wide
+    wide = "wide"  # every column, past the terminal's edge if need be, as kubectl's -o wide
     json = "json"
 
 
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="Config file (else $SPOTWISE_CONFIG, ...)")
+class Format(StrEnum):
+    """-o for the commands where `wide` would mean nothing (one record, or every column
+    already)."""
+
+    table = "table"
+    json = "json"
+
+
+CONFIG_HELP = "Config file (else $SPOTWISE_CONFIG, ./spotwise.toml, /etc/spotwise/spotwise.toml)"
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", metavar="FILE", help=CONFIG_HELP)]
+OutputOpt = Annotated[Format, typer.Option("--output", "-o", help="table or json")]
+WideOutputOpt = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="table, wide (every column, whole) or json"),
 ]
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table or json")]
 
 # A job's state in colour, in `status` and `show`.
 STATE_STYLE = {
@@ -118,9 +129,11 @@ def print_json(doc: Any) -> None:
 
 
 def money(x: float | None) -> str:
+    """'$1,234.50'; '-$0.40' for a refund; never '-$0.00' (a hair below zero is zero)."""
     if x is None:
         return "-"
-    return f"-${-x:,.2f}" if x < 0 else f"${x:,.2f}"
+    cents = round(x, 2)
+    return f"-${-cents:,.2f}" if cents < 0 else f"${cents + 0.0:,.2f}"
 
 
 def ago(seconds: float) -> str:
@@ -136,9 +149,90 @@ def when(ts: datetime | None) -> str:
     return ts.astimezone().strftime("%Y-%m-%d %H:%M:%S %Z") if ts else "-"
 
 
-def open_reads(config: Path | None) -> tuple[Config, Database]:
+def stamp(ts: datetime | None) -> str:
+    """A table's time: 'MM-DD HH:MM:SS' in the viewer's zone (the header names the zone)."""
+    return ts.astimezone().strftime("%m-%d %H:%M:%S") if ts else "-"
+
+
+def zone_name() -> str:
+    """The viewer's time zone, as the times on screen are in it."""
+    return datetime.now(UTC).astimezone().strftime("%Z") or "local"
+
+
+class ScreenClock:
+    """One clock on screen. The database holds the daemon's clock, which on a sped-up local
+    market runs ahead of the wall clock (a ScaledClock: market = anchor + (wall - anchor) x
+    speedup); the trainer's own log lines and the viewer's watch are wall-clock. Every time
+    and age a command prints goes through `wall`, so `status`, `show`, `events` and `logs`
+    agree; money stays in market hours (that is what the market charged)."""
+
+    def __init__(self, clock: Any) -> None:
+        self.clock = clock
+        self.speedup = float(getattr(clock, "speedup", 1.0) or 1.0)
+        self.anchor: datetime | None = getattr(clock, "anchor", None)
+
+    @property
+    def scaled(self) -> bool:
+        return self.anchor is not None and self.speedup != 1.0
+
+    def daemon_now(self) -> datetime:
+        """Now on the daemon's clock (what a stored time is compared with)."""
+        return self.clock.now()  # type: ignore[no-any-return]
+
+    def wall(self, t: datetime | None) -> datetime | None:
+        """A stored time (the daemon's clock) as the wall-clock moment it happened."""
+        if t is None or not self.scaled or self.anchor is None:
+            return t
+        return self.anchor + (t - self.anchor) / self.speedup
+
+    def daemon_time(self, wall: datetime) -> datetime:
+        """The daemon's clock at a wall-clock moment (the inverse of `wall`)."""
+        if not self.scaled or self.anchor is None:
+            return wall
+        return self.anchor + (wall - self.anchor) * self.speedup
+
+    def note(self) -> str:
+        """Said once where times are printed on a sped-up market, else ''."""
+        if not self.scaled:
+            return ""
+        return (
+            f"local market at {self.speedup:g}x: times are wall-clock; costs accrue in market hours"
+        )
+
+
+def screen_clock(cfg: Config) -> ScreenClock:
+    from scheduler.daemon.wiring import clock_for
+
+    return ScreenClock(clock_for(cfg, read_only=True))
+
+
+def where(provider: str | None, cloud: str | None, region: str | None, zone: str | None) -> str:
+    """Where an attempt runs, for a table: 'aws/us-east-1a' (a zone that names its region
+    stands for both), 'local:aws/us-east-1a' on the local market, '-' when nowhere."""
+    if not cloud:
+        return "-"
+    place = (
+        zone
+        if zone and region and zone.startswith(region)
+        else "/".join(x for x in (region, zone) if x)
+    )
+    text = "/".join(x for x in (cloud, place) if x)
+    return f"local:{text}" if provider == "local" else text
+
+
+def pool_label(provider: str | None, pool: str) -> str:
+    """A pool as people read it: the local market's say so ('local:aws/us-east-1a/...'),
+    since they carry the real clouds' names."""
+    return (
+        f"local:{pool}" if provider == "local" and pool and not pool.startswith("local:") else pool
+    )
+
+
+def open_reads(config: Path | None, *, warn: bool = False) -> tuple[Config, Database]:
     """The daemon's database as the daemon finds it (same config, same state_dir), for the
-    commands that only read jobs and events: SQLite through sqlite3, else an engine."""
+    commands that only read jobs and events: SQLite through sqlite3, else an engine.
+    The config returned is the one the daemon runs with when it recorded one (see
+    `daemon_config`), else this command's own."""
     from scheduler.state.files import load_config
     from scheduler.state.read_connection import open_for_reading, sqlite_file
 
@@ -148,17 +242,55 @@ def open_reads(config: Path | None) -> tuple[Config, Database]:
         remember_database_urls()
     else:
         _last_database_url[:] = [url]
-    return cfg, open_for_reading(url)
+    db = open_for_reading(url)
+    return daemon_config(cfg, db, config, warn=warn), db
 
 
-def open_engine(config: Path | None) -> tuple[Config, Engine]:
-    """The daemon's database as an engine, for the commands that write or read the tables."""
+def open_engine(config: Path | None, *, warn: bool = False) -> tuple[Config, Engine]:
+    """The daemon's database as an engine, for the commands that write or read the tables;
+    the config as `open_reads` gives it."""
     from scheduler.state.db import open_existing
     from scheduler.state.files import load_config
 
     cfg = load_config(config)
     remember_database_urls()
-    return cfg, open_existing(cfg.daemon.resolved_database_url())
+    engine = open_existing(cfg.daemon.resolved_database_url())
+    return daemon_config(cfg, engine, config, warn=warn), engine
+
+
+def daemon_config(
+    cfg: Config, db: Database, given: Path | None = None, *, warn: bool = False
+) -> Config:
+    """The configuration the daemon keeping `db` runs with (its budgets, teams, providers
+    and market speed), as it recorded it beside its heartbeat; `cfg` (this command's own)
+    when it recorded none or this spotwise cannot read it. With `warn`, one line on stderr
+    when the two differ in what a person compares, saying which shows."""
+    from scheduler.state.read_models import running_config_text
+    from scheduler.state.running_config import differences, parse
+
+    running = parse(running_config_text(db))
+    if running is None:
+        return cfg
+    if warn:
+        differ = differences(running.config, cfg)
+        if differ:
+            from scheduler.state.files import find_config
+
+            own = find_config(given)
+            what = ", ".join(differ)
+            if own is not None and running.path == str(own.resolve()):
+                text = (
+                    f"warning: {own} changed since the daemon read it ({what} differ): "
+                    "showing what it runs with; reload it to apply (systemctl reload spotwise)"
+                )
+            else:
+                text = (
+                    f"warning: showing the daemon's {what}: it runs with "
+                    f"{running.path or 'built-in defaults'}, this command read "
+                    f"{own or 'built-in defaults'}"
+                )
+            print_err(text, soft_wrap=True)
+    return running.config
 
 
 def daemon_warning(cfg: Config, lease: dict[str, Any] | None) -> str | None:
@@ -256,3 +388,30 @@ def _database_problem(e: Exception) -> str:
     if "not a database" in text or "malformed" in text or "no such table" in text:
         return f"the database at {where} is not a spotwise database or is corrupted: {detail}"
     return f"the database at {where} cannot be used: {detail}"
+
+
+def unix_user() -> str:
+    """Who is asking, for the audit log: the login user behind sudo (`sudo spotwise cancel`
+    and `sudo -u spotwise spotwise cancel` are the person who typed it), else the user this
+    process runs as."""
+    import pwd
+
+    sudo = os.environ.get("SUDO_USER")
+    if sudo and os.environ.get("SUDO_UID"):
+        return sudo
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def complete_jobs(ctx: typer.Context, incomplete: str) -> list[tuple[str, str]]:
+    """Typer's completion of a job argument (the TABs completion.answer does not take)."""
+    from scheduler.cli.completion import job_completions
+
+    given = None
+    node: typer.Context | None = ctx
+    while node is not None and given is None:
+        given = (node.params or {}).get("config")
+        node = node.parent  # type: ignore[assignment]
+    return job_completions(given, incomplete)

@@ -1,6 +1,9 @@
 """The commands that change what the daemon should do: `submit`, `cancel`, `release` and
 `requeue`. Each writes the desired state (state.desired, state.requeue) and leaves the doing
-to the daemon, so each says so when no daemon is keeping the database.
+to the daemon, so each says so when no daemon is keeping the database. Each records the
+Unix user who asked (the login user under sudo) on the job and in the audit log.
+`submit --dry-run` writes nothing and prints the plan instead (cli/plan.py); cancelling a
+whole team asks first.
 """
 
 from __future__ import annotations
@@ -12,14 +15,16 @@ import typer
 
 from scheduler.cli.common import (
     ConfigOpt,
-    Output,
+    Format,
     OutputOpt,
+    complete_jobs,
     open_engine,
     out_console,
     print_err,
     print_json,
     print_out,
     remember_database_urls,
+    unix_user,
     warn_if_no_daemon,
 )
 
@@ -28,11 +33,23 @@ commands = typer.Typer()
 
 @commands.command()
 def submit(
-    job_file: Annotated[Path, typer.Argument(help="Job file (TOML)")],
+    job_file: Annotated[Path, typer.Argument(metavar="FILE", help="Job file (TOML)")],
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print the plan (offering, expected cost, alternatives, budgets); submit nothing",
+        ),
+    ] = False,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Validate and enqueue a job; prints its id."""
+    if dry_run:
+        from scheduler.cli.plan import dry_run as print_plan
+
+        print_plan(job_file, config, Format(str(output)))
+        return
     from scheduler.core.config import check_team
     from scheduler.daemon.wiring import clock_for
     from scheduler.state import read_models
@@ -48,9 +65,16 @@ def submit(
     check_team(spec, cfg, source=str(job_file))
     remember_database_urls()
     engine = open_existing(cfg.daemon.resolved_database_url())
-    job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root())
+    job = submit_job(
+        engine,
+        spec,
+        now,
+        cfg.daemon.resolved_checkpoint_root(),
+        unix_user(),
+        source=str(job_file),
+    )
     warn_if_no_daemon(cfg, engine)
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(id=job.id, name=job.name, state=job.state.value))
     else:
         out_console().print(job.id)
@@ -58,10 +82,19 @@ def submit(
 
 @commands.command()
 def cancel(
-    job: Annotated[str | None, typer.Argument(help="Job id, id prefix or name")] = None,
-    team: Annotated[
-        str | None, typer.Option("--team", "-t", help="Every unfinished job of this team")
+    job: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="JOB", help="Job id, id prefix or name", autocompletion=complete_jobs
+        ),
     ] = None,
+    team: Annotated[
+        str | None,
+        typer.Option("--team", "-t", metavar="TEAM", help="Every unfinished job of this team"),
+    ] = None,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Cancel a whole team without asking")
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Cancel a job, or every unfinished job of a team (instances checkpoint and stop)."""
@@ -75,12 +108,15 @@ def cancel(
         raise UserError("give a JOB or --team TEAM (not both)")
     cfg, engine = open_engine(config)
     now = clock_for(cfg, read_only=True).now()
+    who = unix_user()
     if job is not None:
-        ids = [cancel_job(engine, job, now).id]
+        ids = [cancel_job(engine, job, now, who).id]
     else:
         rows = read_models.job_rows(engine, team=team)
-        live = [r["id"] for r in rows if not JobState(r["state"]).terminal]
-        ids = [cancel_job(engine, i, now).id for i in live]
+        live = [r for r in rows if not JobState(r["state"]).terminal]
+        if live and not yes:
+            _confirm_team_cancel(team or "", live)
+        ids = [cancel_job(engine, r["id"], now, who).id for r in live]
         if not ids:
             print_err(f"no unfinished jobs in team {team!r}")
     for i in ids:
@@ -88,9 +124,36 @@ def cancel(
     warn_if_no_daemon(cfg, engine)
 
 
+def _confirm_team_cancel(team: str, live: list[dict[str, object]]) -> None:
+    """Ask before cancelling every unfinished job of a team; without a terminal to ask on,
+    refuse (exit 2) and say how to mean it (-y)."""
+    import sys
+
+    from scheduler.core.errors import UserError
+
+    names = ", ".join(str(r["name"]) for r in live[:5]) + (", ..." if len(live) > 5 else "")
+    if not sys.stdin.isatty():
+        raise UserError(
+            f"this would cancel {len(live)} unfinished job(s) of team {team!r} ({names}): "
+            "add -y to confirm"
+        )
+    if not typer.confirm(
+        f"cancel {len(live)} unfinished job(s) of team {team!r} ({names})?", default=False
+    ):
+        print_err("nothing cancelled")
+        raise typer.Exit(1)
+
+
 @commands.command()
 def release(
-    job: Annotated[str, typer.Argument(help="A HELD job: id, id prefix or name")],
+    job: Annotated[
+        str,
+        typer.Argument(
+            metavar="JOB",
+            help="A HELD job: id, id prefix or name",
+            autocompletion=complete_jobs,
+        ),
+    ],
     config: ConfigOpt = None,
 ) -> None:
     """Put a HELD job back in the queue (a budget that still binds holds it again)."""
@@ -98,14 +161,21 @@ def release(
     from scheduler.state.requeue import release as release_job
 
     cfg, engine = open_engine(config)
-    j = release_job(engine, job, clock_for(cfg, read_only=True).now())
+    j = release_job(engine, job, clock_for(cfg, read_only=True).now(), unix_user())
     print_out(f"{j.id} released: {j.state.value}")
     warn_if_no_daemon(cfg, engine)
 
 
 @commands.command()
 def requeue(
-    job: Annotated[str, typer.Argument(help="A FAILED job: id, id prefix or name")],
+    job: Annotated[
+        str,
+        typer.Argument(
+            metavar="JOB",
+            help="A FAILED job: id, id prefix or name",
+            autocompletion=complete_jobs,
+        ),
+    ],
     config: ConfigOpt = None,
 ) -> None:
     """Run a FAILED job again, with its failure counters reset."""
@@ -113,6 +183,6 @@ def requeue(
     from scheduler.state.requeue import requeue as requeue_job
 
     cfg, engine = open_engine(config)
-    j = requeue_job(engine, job, clock_for(cfg, read_only=True).now())
+    j = requeue_job(engine, job, clock_for(cfg, read_only=True).now(), unix_user())
     print_out(f"{j.id} requeued: {j.state.value}")
     warn_if_no_daemon(cfg, engine)

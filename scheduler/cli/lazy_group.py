@@ -43,7 +43,28 @@ def load(entry: Entry) -> Any:
                 return None
             raise
         group = _groups[entry.module] = typer.main.get_group(module.commands)
+        for command in group.commands.values():
+            plain_flags(command)
     return group.commands[entry.name]
+
+
+def plain_flags(command: Any) -> None:
+    """A flag's help says what it does, not '<bool>': Typer's Rich help shows a type for
+    every option, flags (and --help) included. Subcommands of a group too."""
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    original = command.get_help_option
+
+    def get_help_option(ctx: Any) -> Any:
+        option = original(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = get_help_option
+    for sub in (getattr(command, "commands", None) or {}).values():
+        plain_flags(sub)
 
 
 class LazyCommands(MutableMapping[str, Any]):

@@ -7,6 +7,7 @@ All three read the hourly spend the budgets use, so their figures always agree.
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -14,15 +15,17 @@ from typing import Annotated, Any
 
 import typer
 
+from scheduler.cli.columns import Col, layout, lines
 from scheduler.cli.common import (
     ConfigOpt,
-    Output,
+    Format,
     OutputOpt,
     money,
     open_engine,
     out_console,
     print_err,
     print_json,
+    screen_clock,
     terminal_width,
     when,
 )
@@ -30,44 +33,53 @@ from scheduler.cli.common import (
 commands = typer.Typer()
 
 
-@commands.command()
-def budget(config: ConfigOpt = None, output: OutputOpt = Output.table) -> None:
-    """Each budget: limit, window, spent, projected to the window's end, state."""
-    from rich.table import Table
-    from rich.text import Text
+# Every budget's name, scope, kind, limit and state whole at 80 columns: the window goes
+# with the limit ($500.00/month); burn and projection give way first.
+BUDGET_COLUMNS = (
+    Col("NAME"),
+    Col("SCOPE"),
+    Col("KIND"),
+    Col("LIMIT", right=True),
+    Col("SPENT", right=True),
+    Col("BURN/H", 2, right=True),
+    Col("PROJECTED", 1, right=True),
+    Col("STATE"),
+)
 
-    from scheduler.daemon.wiring import clock_for
+
+@commands.command()
+def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
+    """Each budget the daemon enforces: limit, window, spent, projected, state."""
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config)
-    rows = read_models.budget_rows(engine, cfg, clock_for(cfg, read_only=True).now())
-    if output is Output.json:
+    cfg, engine = open_engine(config, warn=output != "json")
+    rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
+    if output == "json":
         print_json(read_models.document(budgets=rows))
         return
-    t = Table(
-        title="budgets",
-        title_justify="left",
-        caption="PROJECTED: spend at the end of the current window if BURN/H goes on "
-        "(none for a total window)",
-        caption_justify="left",
-    )
-    for c in ("NAME", "SCOPE", "WINDOW", "LIMIT", "SPENT", "BURN/H", "PROJECTED", "KIND", "STATE"):
-        t.add_column(c)
-    for r in rows:
-        t.add_row(
-            *(Text(x) for x in (r["name"], r["scope"])),
-            r["window"],
-            money(r["limit_usd"]),
-            money(r["spent_usd"]),
-            money(r["burn_per_hour"]),
-            money(r["projected_usd"]),
-            "hard" if r["hard"] else "soft",
-            Text(r["state"]),
-        )
-    out_console().print(t)
+    if not rows:
+        print_err("no budgets configured ([[budgets]] in the daemon's config)")
+        return
+    cells = [
+        {
+            "NAME": r["name"],
+            "SCOPE": r["scope"],
+            "LIMIT": f"{money(r['limit_usd'])}/{r['window']}",
+            "KIND": "hard" if r["hard"] else "soft",
+            "SPENT": money(r["spent_usd"]),
+            "BURN/H": money(r["burn_per_hour"]),
+            "PROJECTED": money(r["projected_usd"]),
+            "STATE": r["state"],
+        }
+        for r in rows
+    ]
+    width = terminal_width()
+    for line in lines(layout(BUDGET_COLUMNS, cells, width), cells):
+        sys.stdout.write(line + "\n")
+    print_err("PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)")
 
 
-def _since(text: str | None, now: datetime) -> datetime | None:
+def parse_since(text: str | None, now: datetime) -> datetime | None:
     """'7d' (back from now) or an ISO time; None for no bound."""
     if not text:
         return None
@@ -98,35 +110,38 @@ def cost(
     since: Annotated[str | None, typer.Option(help="7d, 12h or an ISO time")] = "30d",
     until: Annotated[str | None, typer.Option(help="ISO time or duration ago")] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    from scheduler.daemon.wiring import clock_for
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config)
-    now = clock_for(cfg, read_only=True).now()
-    start, end = _since(since, now), _since(until, now)
+    cfg, engine = open_engine(config, warn=output != "json")
+    now = screen_clock(cfg).daemon_now()
+    start, end = parse_since(since, now), parse_since(until, now)
     rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
-    if output is Output.json:
+    if output == "json":
         print_json(
             read_models.document(by=by.value, since=start, until=end, total_usd=total, costs=rows)
         )
         return
     span = f"since {when(start)}" if start else "all time"
-    t = Table(title=f"cost by {by.value}, {span}", title_justify="left")
-    cols = [by.value.upper()] + (["NAME"] if by is CostBy.job else []) + ["JOBS", "COST"]
-    for c in cols:
-        t.add_column(c, justify="right" if c in ("JOBS", "COST") else "left")
-    for r in rows:
-        cells = [r[by.value]] + ([r["name"]] if by is CostBy.job else [])
-        t.add_row(*(Text(x) for x in cells), str(r["jobs"]), money(r["cost_usd"]))
-    t.add_row(Text("total", style="bold"), *([""] * (len(cols) - 2)), money(total))
-    out_console().print(t)
+    key = by.value.upper()
+    cols = [Col(key), *([Col("NAME")] if by is CostBy.job else []), Col("JOBS", right=True),
+            Col("COST", right=True)]  # fmt: skip
+    cells = [
+        {
+            key: r[by.value],
+            "NAME": r.get("name", ""),
+            "JOBS": str(r["jobs"]),
+            "COST": money(r["cost_usd"]),
+        }
+        for r in rows
+    ]
+    cells.append({key: "total", "NAME": "", "JOBS": "", "COST": money(total)})
+    print_err(f"cost by {by.value}, {span}")
+    for line in lines(layout(cols, cells, terminal_width(), shrink=(("NAME", 12),)), cells):
+        sys.stdout.write(line + "\n")
 
 
 class ReportBy(StrEnum):
@@ -144,16 +159,16 @@ def report(
         Path | None, typer.Option("--html", help="Also write a self-contained HTML report")
     ] = None,
     config: ConfigOpt = None,
-    output: OutputOpt = Output.table,
+    output: OutputOpt = Format.table,
 ) -> None:
     """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
-    from scheduler.daemon.wiring import build_providers, clock_for
+    from scheduler.daemon.wiring import build_providers
     from scheduler.state import read_models
     from scheduler.state import report as rep
 
-    cfg, engine = open_engine(config)
-    now = clock_for(cfg, read_only=True).now()
-    start, end = _since(since, now), _since(until, now)
+    cfg, engine = open_engine(config, warn=output != "json")
+    now = screen_clock(cfg).daemon_now()
+    start, end = parse_since(since, now), parse_since(until, now)
     rules = cfg.budget_rules()
     facts = rep.load(engine, start, end, now, rules)
     offerings, problems = rep.ondemand_offerings(build_providers(cfg, read_only=True))
@@ -163,7 +178,7 @@ def report(
 
         _write_text(html, render(doc))
         print_err(f"wrote {html}")
-    if output is Output.json:
+    if output == "json":
         print_json(read_models.document(**doc.to_dict()))
         return
     _print_report(doc)

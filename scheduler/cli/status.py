@@ -13,27 +13,30 @@ import json
 import sys
 import time
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
+from scheduler.cli.columns import Col, Layout, layout, lines, rich_lines
 from scheduler.cli.common import (
     STATE_STYLE,
     ConfigOpt,
     Output,
+    ScreenClock,
+    WideOutputOpt,
     ago,
     daemon_warning,
     money,
     open_reads,
     out_console,
+    pool_label,
     print_daemon_warning,
     print_err,
+    screen_clock,
     stdout_is_terminal,
     terminal_width,
+    where,
 )
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 commands = typer.Typer()
 
@@ -47,79 +50,68 @@ def _age(seconds: float) -> str:
     return f"{int(seconds)}s"
 
 
-# Status columns in display order, each with its keep-priority (0 always kept; lower kept
-# first when the terminal is narrow). REASON stays last so it can wrap or be cut.
-_COLUMNS: tuple[tuple[str, int], ...] = (
-    ("ID", 0),
-    ("NAME", 0),
-    ("STATE", 0),
-    ("AGE", 0),
-    ("TEAM", 8),
-    ("WHERE", 3),
-    ("INSTANCE", 6),
-    ("MARKET", 7),
-    ("$/H", 2),
-    ("COST", 1),
-    ("PROGRESS", 4),
-    ("RECOV", 5),
-    ("REASON", 0),
+# Status columns in display order, each with its drop priority (0: always shown; the
+# highest goes first when the terminal is narrow). REASON is last: the free text, shortened
+# at a word when it does not fit, then NAME; nothing else is ever cut.
+COLUMNS = (
+    Col("ID"),
+    Col("NAME"),
+    Col("STATE"),
+    Col("AGE", right=True),
+    Col("TEAM", 8),
+    Col("WHERE", 3),
+    Col("INSTANCE", 6),
+    Col("MARKET", 7),
+    Col("$/H", 2, right=True),
+    Col("COST", 1, right=True),
+    Col("PROGRESS", 4, right=True),
+    Col("RECOV", 5, right=True),
+    Col("REASON"),
 )
-_RIGHT = {"$/H", "COST", "PROGRESS", "RECOV", "AGE"}
-_GAP = 2  # spaces between columns, in both the Rich and the plain rendering
-_MIN_NAME, _MIN_REASON = 16, 30  # what NAME and REASON keep before extras are added
+SHRINK = (("REASON", 30), ("NAME", 16), ("REASON", 8))
+STYLES = {"STATE": STATE_STYLE}
 
 
-def _status_cells(r: dict[str, Any], now: datetime) -> dict[str, str]:
+def _status_cells(
+    r: dict[str, Any], now: datetime, screen: ScreenClock | None = None
+) -> dict[str, str]:
+    """One job's cells. `now` is the wall clock; stored times go through `screen` (the
+    local market's time runs ahead of it). A gang's $/H is the gang's: every node is billed."""
     prog = f"{r['progress_step'] or 0}/{r['total_steps']}" if r["total_steps"] else "-"
+    created: datetime = (screen.wall(r["created_at"]) if screen else None) or r["created_at"]
+    price = r["price_per_hour"]
+    nodes = r.get("nodes") or 1
+    reason = r["reason"] or "-"
+    if r.get("provider") == "local" and r["cloud"]:
+        pool = f"{r['cloud']}/{r['zone']}/{r['instance_type']}/{r['market']}"
+        reason = reason.replace(pool, pool_label("local", pool))
     return {
         "ID": r["id"],
         "NAME": r["name"],
         "STATE": r["state"],
-        "AGE": _age((now - r["created_at"]).total_seconds()),
+        "AGE": _age((now - created).total_seconds()),
         "TEAM": r["team"],
-        "WHERE": "/".join(x for x in (r["cloud"], r["region"], r["zone"]) if x) or "-",
+        "WHERE": where(r.get("provider"), r["cloud"], r["region"], r["zone"]),
         "INSTANCE": r["instance_id"] or "-",
         "MARKET": r["market"] or "-",
-        "$/H": money(r["price_per_hour"]) if r["price_per_hour"] else "-",
+        "$/H": money(price * nodes) if price else "-",
         "COST": money(r["cost_usd"]),
         "PROGRESS": prog,
         "RECOV": str(r["recoveries"]),
-        "REASON": r["reason"] or "-",
+        "REASON": reason,
     }
 
 
-def _pick_columns(cells: list[dict[str, str]], width: int | None, wide: bool) -> list[str]:
-    """The columns that fit `width`: ID, NAME, STATE, AGE and REASON always (ID never cut),
-    then the others by priority while they fit at their natural width."""
-    if wide or width is None:
-        return [c for c, _ in _COLUMNS] if wide else [c for c, p in _COLUMNS if p == 0]
-    natural = {c: max([len(c)] + [len(row[c]) for row in cells]) for c, _ in _COLUMNS}
-    chosen = {c for c, p in _COLUMNS if p == 0}
-    used = sum(natural[c] for c in ("ID", "STATE", "AGE")) + _GAP * 4
-    used += min(natural["NAME"], _MIN_NAME) + min(natural["REASON"], _MIN_REASON)
-    for c, _ in sorted((x for x in _COLUMNS if x[1]), key=lambda x: x[1]):
-        if used + natural[c] + _GAP <= width:
-            chosen.add(c)
-            used += natural[c] + _GAP
-    return [c for c, _ in _COLUMNS if c in chosen]
-
-
-def _fit(cols: list[str], cells: list[dict[str, str]], width: int | None) -> dict[str, int]:
-    """Column widths for the plain rendering; NAME then REASON give way when too wide."""
-    w = {c: max([len(c)] + [len(row[c]) for row in cells]) for c in cols}
-    if width is None:
-        return w
-    over = sum(w.values()) + _GAP * (len(cols) - 1) - width
-    for c, floor in (("REASON", _MIN_REASON), ("NAME", _MIN_NAME), ("REASON", 8)):
-        if over > 0 and c in w:
-            cut = min(over, max(w[c] - floor, 0))
-            w[c] -= cut
-            over -= cut
-    return w
-
-
-def _cut(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(width - 1, 0)] + "…"
+def status_layout(
+    cells: list[dict[str, str]],
+    width: int | None,
+    *,
+    wide: bool = False,
+    keep: list[str] | None = None,
+) -> Layout:
+    """The columns for `width`: ID, NAME, STATE, AGE and REASON always, then the others by
+    priority while they fit; `keep` (a watcher's first frame) holds them still."""
+    return layout(COLUMNS, cells, width, shrink=SHRINK, wide=wide, keep=keep)
 
 
 def status_plain(
@@ -129,59 +121,11 @@ def status_plain(
     width: int | None,
     wide: bool = False,
     headers: bool = True,
+    screen: ScreenClock | None = None,
 ) -> list[str]:
-    """Whitespace-separated columns for pipes and scripts (kubectl's layout): no box, no
-    colour; cut to `width` only when a width is known ($COLUMNS)."""
-    cells = [_status_cells(r, now) for r in rows]
-    cols = _pick_columns(cells, width or 80, wide)
-    w = _fit(cols, cells, None if wide else width)
-    lines = []
-    for row in ([{c: c for c in cols}] if headers else []) + cells:
-        parts = []
-        for c in cols:
-            text = _cut(row[c], w[c])
-            parts.append(text if c == cols[-1] else text.ljust(w[c]))
-        lines.append((" " * _GAP).join(parts).rstrip())
-    return lines
-
-
-def status_table(
-    rows: list[dict[str, Any]],
-    now: datetime,
-    *,
-    width: int,
-    wide: bool = False,
-    headers: bool = True,
-) -> Table:
-    """The terminal rendering: the same columns as the plain one, state in colour, NAME and
-    REASON folding onto more lines rather than pushing the table past the terminal."""
-    from rich.table import Table
-    from rich.text import Text
-
-    cells = [_status_cells(r, now) for r in rows]
-    cols = _pick_columns(cells, width, wide)
-    t = Table(
-        box=None,
-        show_header=headers,
-        header_style="bold",
-        pad_edge=False,
-        padding=(0, _GAP // 2),
-        show_edge=False,
-    )
-    for c in cols:
-        wrap = c in ("NAME", "REASON")
-        t.add_column(
-            c,
-            no_wrap=not wrap,
-            overflow="fold" if wrap else "ellipsis",
-            justify="right" if c in _RIGHT else "left",
-            min_width=len(cells[0][c]) if c == "ID" and cells else None,
-        )
-    for row in cells:
-        t.add_row(
-            *(Text(row[c], style=STATE_STYLE.get(row[c], "") if c == "STATE" else "") for c in cols)
-        )
-    return t
+    """Plain columns for a pipe (and a terminal, in colour: see `render`)."""
+    cells = [_status_cells(r, now, screen) for r in rows]
+    return lines(status_layout(cells, width, wide=wide), cells, headers=headers)
 
 
 def _lease_line(lease: dict[str, Any] | None) -> str | None:
@@ -218,30 +162,47 @@ def _stream_changes(produce: Any, interval: float, count: int | None) -> None:
 
 StateOpt = Annotated[
     list[str] | None,
-    typer.Option("--state", "-s", help="Only jobs in this state (repeatable; e.g. running)"),
+    typer.Option(
+        "--state",
+        "-s",
+        metavar="STATE",
+        help="Only jobs in this state (repeatable, or a,b; e.g. running)",
+        autocompletion=lambda incomplete: complete_states(incomplete),
+    ),
 ]
+
+
+def complete_states(incomplete: str) -> list[str]:
+    from scheduler.core.states import JobState
+
+    return [s.value.lower() for s in JobState if s.value.lower().startswith(incomplete.lower())]
 
 
 @commands.command()
 def status(
     config: ConfigOpt = None,
-    output: Annotated[Output, typer.Option("--output", "-o", help="table, wide or json")] = (
-        Output.table
-    ),
+    output: WideOutputOpt = Output.table,
     state: StateOpt = None,
-    team: Annotated[str | None, typer.Option("--team", "-t", help="Only this team")] = None,
+    team: Annotated[
+        str | None, typer.Option("--team", "-t", metavar="TEAM", help="Only this team")
+    ] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", "-u", metavar="USER", help="Only jobs this Unix user submitted"),
+    ] = None,
     all_jobs: Annotated[
         bool, typer.Option("--all", "-a", help="Include jobs that finished over an hour ago")
     ] = False,
     no_headers: Annotated[bool, typer.Option("--no-headers", help="No header line")] = False,
     watch: Annotated[bool, typer.Option("--watch", "-w", help="Refresh until Ctrl-C")] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes")] = 2.0,
+    interval: Annotated[
+        float, typer.Option(metavar="SECONDS", help="Seconds between refreshes")
+    ] = 2.0,
     count: Annotated[int | None, typer.Option(hidden=True, help="Stop after N documents")] = None,
 ) -> None:
     """One row per job, active and newest first: what it is doing and why."""
     from scheduler.core.errors import UserError
     from scheduler.core.states import JobState
-    from scheduler.daemon.wiring import clock_for
     from scheduler.state import read_models
 
     states = [x for s in state or [] for x in s.split(",") if x]
@@ -249,27 +210,28 @@ def status(
     bad = [x for x in states if x.upper() not in known]
     if bad:
         raise UserError(f"unknown state {bad[0]!r}: use one of {', '.join(sorted(known))}")
-    cfg, db = open_reads(config)
-    clock = clock_for(cfg, read_only=True)
+    cfg, db = open_reads(config, warn=output != "json")
+    screen = screen_clock(cfg)
 
     def rows(iso_times: bool = False) -> list[dict[str, Any]]:
-        return read_models.job_rows(db, states=states, team=team, iso_times=iso_times)
+        found = read_models.job_rows(db, states=states, team=team, iso_times=iso_times)
+        return [r for r in found if r["submitted_by"] == user] if user else found
 
     def shown() -> tuple[list[dict[str, Any]], int]:
-        # Scripts (-o json) get every job; people get finished ones only while recent.
+        # Scripts (-o json) get every job; people get finished ones only while recent (an
+        # hour of the viewer's time, whatever the market's speed).
         all_rows = rows()
-        return (
-            (all_rows, 0)
-            if all_jobs or states
-            else read_models.hide_finished(all_rows, clock.now())
-        )
+        if all_jobs or states:
+            return all_rows, 0
+        cutoff = screen.daemon_time(datetime.now(UTC) - read_models.FINISHED_VISIBLE)
+        return read_models.hide_finished(all_rows, cutoff)
 
     lease = read_models.daemon_heartbeat(db)
     warning = daemon_warning(cfg, lease)
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
-    if output is Output.json:
+    if output == "json":
         if watch:
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
@@ -282,26 +244,33 @@ def status(
                 )
             return
         # Byte for byte what print_json writes, much faster over thousands of rows.
-        jobs = read_models.job_rows_json(db, states=states, team=team)
-        doc = read_models.document(jobs=jobs, daemon_warning=warning, daemon=lease)
+        if user:
+            doc = read_models.document(
+                jobs=rows(iso_times=True), daemon_warning=warning, daemon=lease
+            )
+        else:
+            jobs = read_models.job_rows_json(db, states=states, team=team)
+            doc = read_models.document(jobs=jobs, daemon_warning=warning, daemon=lease)
         sys.stdout.write(read_models.dumps_document(doc) + "\n")
         if failing:
             raise typer.Exit(3)
         return
-    wide = output is Output.wide
+    wide = output == "wide"
     width = terminal_width()
     on_terminal = stdout_is_terminal()
+    kept: list[list[str]] = []  # a watcher's columns, chosen on its first frame
 
     def render() -> tuple[Any, int]:
-        now = clock.now()
+        now = datetime.now(UTC)
         job_list, hidden = shown()
+        cells = [_status_cells(r, now, screen) for r in job_list]
+        lay = status_layout(cells, width, wide=wide, keep=kept[0] if kept else None)
+        if watch and not kept:
+            kept.append(lay.names)
         headers = not no_headers
         if on_terminal:
-            return status_table(
-                job_list, now, width=width or 80, wide=wide, headers=headers
-            ), hidden
-        lines = status_plain(job_list, now, width=width, wide=wide, headers=headers)
-        return "\n".join(lines), hidden
+            return rich_lines(lay, cells, headers=headers, styles=STYLES), hidden
+        return "\n".join(lines(lay, cells, headers=headers)), hidden
 
     if not watch:
         body, hidden = render()
@@ -309,9 +278,13 @@ def status(
             if body:
                 sys.stdout.write(body + "\n")
         else:
-            out_console().print(body)
+            console = out_console()
+            for line in body:
+                console.print(line, soft_wrap=True)
         if hidden:
             print_err(f"{hidden} job(s) that finished over an hour ago hidden: --all shows them")
+        if note := screen.note():
+            print_err(note)
         if warning:
             print_daemon_warning(warning)
         elif lease_line := _lease_line(lease):
@@ -324,14 +297,15 @@ def status(
 
 def _watch_table(render: Any, current_warning: Any, interval: float) -> None:
     """The table redrawn every `interval` seconds until Ctrl-C, with the stale-daemon
-    footer kept current."""
+    footer kept current and the columns of the first frame kept (a row that grows shortens
+    the reason rather than changing the columns under the reader's eyes)."""
     from rich.console import Group
     from rich.live import Live
     from rich.text import Text
 
     def frame() -> Any:
         body = render()[0]
-        parts = [Text(body) if isinstance(body, str) else body]  # never markup
+        parts = [Text(body)] if isinstance(body, str) else list(body)  # never markup
         now_warning = current_warning()
         if now_warning:  # the stale-daemon footer, kept current while watching
             parts.append(Text(f"warning: {now_warning}", style="yellow"))

@@ -8,6 +8,7 @@ passwords in URLs before anything is printed.
 
 from __future__ import annotations
 
+import difflib
 import math
 import tomllib
 from typing import Any
@@ -36,22 +37,87 @@ def clean(text: str, limit: int = 120) -> str:
 
 
 def format_validation_error(
-    err: ValidationError, source: str, lines: dict[str, int] | None = None
+    err: ValidationError,
+    source: str,
+    lines: dict[str, int] | None = None,
+    *,
+    model: Any = None,
+    data: Any = None,
 ) -> str:
-    """One message per problem: '<file>: <dotted.key> (line N): <what is wrong>'."""
+    """One message per problem: '<file>: <dotted.key> (line N): <what is wrong>'.
+
+    With the `model` that was validated, an unknown key gets the closest known key of its
+    table ('did you mean'); with the parsed `data`, an element of a list of named tables is
+    named by its name as well as its index (`budgets[1] 'vision'.limit_usd`)."""
     out = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "(top level)"
         line = (lines or {}).get(key)
-        shown = clean(key, 80)
+        shown = clean(display_key(e["loc"], data), 80) if e["loc"] else clean(key, 80)
         where = f"{shown} (line {line})" if line else shown
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key (check the spelling)"
+            known = known_keys(model, e["loc"][:-1]) if model is not None else []
+            hits = difflib.get_close_matches(str(e["loc"][-1]), known, n=1, cutoff=0.6)
+            msg = (
+                f"unknown key (did you mean {hits[0]!r}?)"
+                if hits
+                else ("unknown key (check the spelling)")
+            )
         elif e["type"] == "missing":
             msg = "required key is missing"
         out.append(f"{clean(source, 200)}: {where}: {clean(msg, 400)}")
     return "\n".join(dict.fromkeys(out))  # a problem reported twice is shown once
+
+
+def display_key(loc: tuple[Any, ...] | list[Any], data: Any = None) -> str:
+    """A key as a person finds it in the file: 'daemon.reconcile_interval'; an element of
+    a list of named tables by index and name, "budgets[1] 'vision'.limit_usd"."""
+    out = ""
+    node = data
+    for part in loc:
+        if isinstance(part, int):
+            name = node[part].get("name") if _indexable(node, part) else None
+            out += f"[{part}]" + (f" {name!r}" if isinstance(name, str) else "")
+            node = node[part] if _indexable(node, part) else None
+        else:
+            out += f".{part}" if out else str(part)
+            node = node.get(part) if isinstance(node, dict) else None
+    return out
+
+
+def _indexable(node: Any, i: int) -> bool:
+    return isinstance(node, list) and -len(node) <= i < len(node) and isinstance(node[i], dict)
+
+
+def known_keys(model: Any, loc: tuple[Any, ...] | list[Any]) -> list[str]:
+    """The keys the table at `loc` of `model` (a pydantic model class) accepts: the model's
+    fields, walked through nested models and lists of them."""
+    current = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if not fields or part not in fields:
+            return []
+        current = _submodel(fields[part].annotation)
+        if current is None:
+            return []
+    fields = getattr(current, "model_fields", None) or {}
+    return list(fields)
+
+
+def _submodel(annotation: Any) -> Any:
+    """The pydantic model inside an annotation (Model, Model | None, list[Model]), or None."""
+    import typing
+
+    stack = [annotation]
+    while stack:
+        a = stack.pop()
+        if isinstance(a, type) and hasattr(a, "model_fields"):
+            return a
+        stack.extend(typing.get_args(a))
+    return None
 
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from scheduler.core.errors import (
     format_validation_error,
     unusable_values,
 )
+from trainer.contract import parse_uri
 
 if TYPE_CHECKING:
     pass
@@ -99,8 +100,8 @@ def parse_gpu(text: str) -> GpuSpec:
         return GpuSpec(model=None, count=count, min_memory_gb=any_mem or 0.0)
     parsed = gpu_registry.parse_name(name)
     if parsed is None:
-        hint = gpu_registry.suggest(name)
-        mean = f" (did you mean {hint + ':' + str(count)!r}?)" if hint else ""
+        hints = [f"{h}:{count}" for h in gpu_hints(name)]
+        mean = f" (did you mean {' or '.join(repr(h) for h in hints)}?)" if hints else ""
         raise ValueError(
             f"GPU spec {shorten(text)}: unknown GPU model {shorten(name)}{mean}; known models: "
             f"{', '.join(gpu_registry.known_models())}, or 'any'"
@@ -111,6 +112,28 @@ def parse_gpu(text: str) -> GpuSpec:
         sizes = ", ".join(f"{v:g}" for v in info.memory_gb)
         raise ValueError(f"GPU spec {text!r}: {model} comes with {sizes} GB, not {mem:g} GB")
     return GpuSpec(model=model, count=count, min_memory_gb=mem or 0.0)
+
+
+# Letters typed for digits: 'A10O' is A100 typed with a letter O.
+_DIGIT_LOOKALIKES = str.maketrans("OoIl", "0011")
+
+
+def gpu_hints(name: str, limit: int = 2) -> list[str]:
+    """Known models a mistyped name may mean, likeliest first: the name with look-alike
+    letters read as digits, then the closest spellings ('A10O': A100, then A10)."""
+    out: list[str] = []
+    swapped = gpu_registry.parse_name(name.translate(_DIGIT_LOOKALIKES))
+    if swapped is not None:
+        out.append(swapped[0])
+    bare = gpu_registry.split_memory(name)[0].upper()
+    models = gpu_registry.known_models()
+    for hit in difflib.get_close_matches(bare, models, n=limit + 1, cutoff=0.5):
+        if hit not in out:
+            out.append(hit)
+    single = gpu_registry.suggest(name)
+    if single and single not in out:
+        out.append(single)
+    return out[:limit]
 
 
 def normalise_team(name: str) -> str:
@@ -152,6 +175,8 @@ class JobSpec(BaseModel):
     regions: list[str] = Field(default_factory=list)
     spot: SpotPreference = SpotPreference.PREFER
     checkpoint: str | None = None
+    # Continue from the checkpoints a finished job left at `checkpoint` (refused otherwise).
+    reuse_checkpoint: bool = False
     checkpoint_interval: PositiveDuration = timedelta(minutes=10)
     # "on-price": a running attempt moves when another pool is clearly cheaper
     # (scheduler.core.price_moves)
@@ -162,6 +187,32 @@ class JobSpec(BaseModel):
     @classmethod
     def _team(cls, v: str) -> str:
         return normalise_team(v)
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_uri(v, absolute=True)  # ValueError: one line naming the accepted forms
+        return v
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, v: Any) -> Any:
+        """A string is not run by a shell: say how to write it as the argv list it means."""
+        if isinstance(v, str):
+            import json
+            import shlex
+
+            try:
+                words = shlex.split(v)
+            except ValueError:
+                words = v.split()
+            example = json.dumps(words or ["python", "train.py"])
+            raise ValueError(
+                f"give the command as a list of arguments, e.g. command = {example} "
+                "(a string is not split by a shell)"
+            )
+        return v
 
     @field_validator("command")
     @classmethod
@@ -357,6 +408,8 @@ def jobspec_from_dict(
     try:
         return JobSpec.model_validate(data)
     except ValidationError as e:
-        raise UserError(format_validation_error(e, source, lines)) from None
+        raise UserError(
+            format_validation_error(e, source, lines, model=JobSpec, data=data)
+        ) from None
     except RecursionError:
         raise UserError(f"{clean(source, 200)}: values are nested too deeply") from None

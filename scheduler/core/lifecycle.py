@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from providers.base import EndReason, FailureKind
 from scheduler.core.states import AttemptEnd, JobState
-from trainer.contract import EXIT_FENCED, EXIT_PREEMPTED
+from trainer.contract import EXIT_FENCED, EXIT_NO_GPU, EXIT_PREEMPTED
 
 # Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may
 # exit "preempted"; the reason we asked wins).
@@ -59,6 +59,8 @@ def classify_end(e: Ended) -> AttemptEnd:
         # Exited cleanly without DONE: the job does not follow the progress contract; its
         # own word is that it finished.
         return AttemptEnd.FINISHED
+    if e.exit_code == EXIT_NO_GPU:
+        return AttemptEnd.LAUNCH_FAILED  # the box never had a working GPU: not the job's fault
     if e.exit_code in (EXIT_PREEMPTED, EXIT_FENCED) or e.reason is EndReason.INTERRUPTED:
         return AttemptEnd.INTERRUPTED
     if e.exit_code is not None:
@@ -147,7 +149,13 @@ def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
     if job.cancel_requested or end is AttemptEnd.CANCELLED:
         return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
     if end is AttemptEnd.FAILED:
-        why = f"the job exited with code {last.exit_code}"
+        # No exit code: the daemon ended it for the job's own fault (its store is another
+        # job's, say), and the detail says why.
+        why = (
+            f"the job exited with code {last.exit_code}"
+            if last.exit_code is not None or not last.detail
+            else last.detail
+        )
         return Transition(JobState.FAILED, why, "failed", "warning")
     if end is AttemptEnd.BUDGET:
         return Transition(JobState.HELD, "hard budget exhausted", "held", "warning")

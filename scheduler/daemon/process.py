@@ -21,6 +21,7 @@ with a message, and an invalid file keeps the running config.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -33,6 +34,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, func, select
 
+import scheduler
 from scheduler.core.clock import Clock, ForwardClock
 from scheduler.core.config import Config, DaemonSettings
 from scheduler.core.errors import UserError
@@ -42,16 +44,22 @@ from scheduler.daemon.controllers.base import pass_bound as controllers_pass_bou
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for, observe_only
-from scheduler.state.db import is_postgres, open_db
+from scheduler.state.db import is_postgres, open_db, sqlite_path
 from scheduler.state.files import find_config, load_config
 from scheduler.state.installation import check_clock
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
+from scheduler.state.running_config import changes, record, summary
 from scheduler.state.stored_specs import invalid_specs
 
 log = logging.getLogger("spotwise.daemon")
 
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: not the user's fault; systemd restarts it as a standby
+# EX_IOERR: the database file was deleted or replaced under the daemon; systemd restarts it
+# (Restart=on-failure), and the new process opens whatever file is at the path now.
+EXIT_DATABASE_GONE = 74
+# How often the loop checks that the SQLite file it writes is still the one at its path.
+DATABASE_CHECK_SECONDS = 1.0
 
 # Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
 MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
@@ -120,6 +128,9 @@ class Daemon:
         d = self.config.daemon
         url = d.resolved_database_url()
         self._lost = threading.Event()
+        self._gone: str | None = None
+        self._db_file: Path | None = None
+        self._db_identity: tuple[int, int] | None = None
         self.lock: StateLock | None = None
         self.record: DaemonRecord | None = None
         self.lease: Lease | None = None
@@ -145,9 +156,11 @@ class Daemon:
             except BaseException:
                 self.lock.release()
                 raise
+            self._db_file = sqlite_path(url)
+            self._db_identity = _file_identity(self._db_file)
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
-            self.record.claim(_version())
+            self.record.claim(_version(), record(self.config, self.config_path))
         self.reconciler = Reconciler(
             self.engine,
             self.config,
@@ -168,7 +181,7 @@ class Daemon:
         for bad in invalid_specs(self.engine):
             log.warning("stored spec no longer validates: %s", bad.line())
         self._scheduler: BackgroundScheduler | None = None
-        self.metrics = Metrics()
+        self.metrics = Metrics(_version(), _schema())
         self._last_pass = time.monotonic()
         self._pass_started: float | None = None  # the pass now running, if one is
 
@@ -185,6 +198,21 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        if scheduler.take_early_reloads():
+            log.info("a reload asked for during start-up runs once the daemon is ready")
+            self._reload.set()
+
+    def _database_gone(self) -> str | None:
+        """Why the SQLite file at the configured path is no longer the one this daemon
+        writes (deleted, or replaced by another file); None while it is."""
+        if self._db_file is None or self._db_identity is None:
+            return None
+        now = _file_identity(self._db_file)
+        if now is None:
+            return f"the database file {self._db_file} was deleted"
+        if now != self._db_identity:
+            return f"the database file {self._db_file} was replaced by another file"
+        return None
 
     def _speed(self) -> float:
         return float(getattr(self.clock, "speedup", 1.0) or 1.0)
@@ -202,9 +230,17 @@ class Daemon:
             if name == "reconcile":
                 self._last_pass = time.monotonic()
                 self._pass_started = None
+                self.metrics.passed()
                 self._beat()
             if name == "accrue":
-                self.metrics.refresh(self.engine, len(self.reconciler.catalogs.catalog))
+                holder = self.reconciler.catalogs
+                self.metrics.refresh(
+                    self.engine,
+                    holder.catalog,
+                    self.config,
+                    self.clock.now(),
+                    holder.provider_of_pool,
+                )
         except Exception:
             self.metrics.task_errors.labels(name).inc()
             log.exception("task %s failed; will run again on its next tick", name)
@@ -344,18 +380,53 @@ class Daemon:
                 ),
             )
             return
+        changed_keys = changes(self.config, new)
         self.config = new
         self.reconciler.config = new
         self.reconciler.observe_only = observe_only(new)
         self.reconciler.providers = providers
         self._schedule()
-        log.info("config reloaded from %s", self.config_path or "defaults")
+        self._record_config()
+        log.info(
+            "config reloaded from %s: %s",
+            self.config_path or "built-in defaults",
+            f"{len(changed_keys)} change(s)" if changed_keys else "nothing changed",
+        )
+        for line in changed_keys:
+            log.info("config reloaded: %s", line)
+
+    def _record_config(self) -> None:
+        """What this daemon runs with, beside its heartbeat (the CLI shows it)."""
+        text = record(self.config, self.config_path)
+        try:
+            if self.lease is not None:
+                self.lease.record_config(text)
+            elif self.record is not None:
+                self.record.record_config(text)
+        except Exception as e:  # the record is for people; the daemon goes on without it
+            log.warning("could not record the running config: %s", str(e).splitlines()[0])
+
+    def _banner(self) -> None:
+        """What this daemon runs with, first thing in its log: which file, where its state
+        is, which providers and budgets, where its metrics are."""
+        facts = summary(self.config)
+        log.info(
+            "spotwise %s starting: config %s; state directory %s; database %s",
+            _version(),
+            self.config_path or "built-in defaults (no config file)",
+            facts["state_dir"],
+            facts["database"],
+        )
+        log.info("providers: %s; teams: %s", facts["providers"], facts["teams"])
+        log.info("budgets: %s", facts["budgets"])
+        log.info("metrics: %s", facts["metrics"])
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> int:
         logging.getLogger("apscheduler").setLevel(logging.ERROR)
+        self._banner()
         if self.config.daemon.metrics_port is not None:
             self.metrics.serve(self.config.daemon.metrics_port)
         if self.lease is not None:
@@ -364,6 +435,7 @@ class Daemon:
                 self.lease.close()
                 return 0
             self.lease.start()
+            self._record_config()
             log.info("holding the lease (epoch %s): this daemon mutates", self.lease.epoch)
         systemd.notify("STATUS=first price poll")
         # Budgets first: a restarted daemon enforces hard limits before it launches anything.
@@ -383,12 +455,31 @@ class Daemon:
         )
         budget_stops.start()
         systemd.notify("READY=1")
-        log.info("spotwise daemon running (providers: %s)", ", ".join(self.reconciler.providers))
+        log.info(
+            "spotwise daemon running (providers: %s)",
+            ", ".join(self.reconciler.providers) or "none",
+        )
+        if not self.reconciler.providers:
+            log.warning(
+                "no provider configured: nothing will be placed until [providers.aws], "
+                "[providers.gcp] or [providers.azure] is set (then reload: SIGHUP)"
+            )
         watchdog = systemd.watchdog_seconds()
+        checked = time.monotonic()
         while not self._stop.is_set():
             if self._reload.wait(0.2):
                 self._reload.clear()
                 self.reload()
+            if time.monotonic() - checked >= DATABASE_CHECK_SECONDS:
+                checked = time.monotonic()
+                self._gone = self._database_gone()
+                if self._gone is not None:
+                    # Writing on would go to an unlinked file no command reads: stop, and
+                    # let systemd start a daemon on the file at the path.
+                    log.error("%s while the daemon ran; stopping (exit %d)",
+                              self._gone, EXIT_DATABASE_GONE)  # fmt: skip
+                    self.reconciler.placing = False
+                    break
             # WATCHDOG follows the loop's liveness: a pass finished recently, or the pass
             # now running is within its bound (pass_bound: every cloud call has a deadline,
             # so a live loop finishes each pass within it; a slow cloud is not a hang).
@@ -400,7 +491,7 @@ class Daemon:
         self.reconciler.budget_stops.wake()  # it sees _stop and returns
         self._scheduler.shutdown(wait=True)
         budget_stops.join(timeout=self.config.daemon.call_timeout.total_seconds() + 5)
-        if not self._lost.is_set():
+        if not self._lost.is_set() and self._gone is None:
             # The pass that saw an instance end had accrued to its own start, past the end;
             # the next accrual refunds that. Run it now, or a stopped daemon reports (and
             # budgets count) spend up to that pass instead of up to the end.
@@ -416,10 +507,12 @@ class Daemon:
                 return EXIT_LEASE_LOST
             self.lease.release()  # after in-flight work: a standby may take over at once
             self.lease.close()
-        if self.record is not None:
+        if self.record is not None and self._gone is None:
             self.record.release()
         if self.lock is not None:
             self.lock.release()
+        if self._gone is not None:
+            return EXIT_DATABASE_GONE
         log.info("stopped")
         return 0
 
@@ -438,6 +531,23 @@ def live_on_missing(engine: Engine, providers: Mapping[str, object]) -> dict[str
             if name not in providers:
                 out.setdefault(name, []).append(aid)
     return out
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of a file, None when it does not exist (or there is no file)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _schema() -> str:
+    from scheduler.state.revisions import head_revision
+
+    return head_revision()
 
 
 def _version() -> str:

@@ -84,14 +84,41 @@ def pip_target(source: Path | None = None) -> str:
 
 
 def installed_config(example: str) -> str:
-    """The example config with state_dir pinned, so an operator's `spotwise status` (not run
-    by systemd, no $STATE_DIRECTORY) finds the daemon's database."""
+    """The example config as a production host gets it: state_dir pinned, so an operator's
+    `spotwise status` (not run by systemd, no $STATE_DIRECTORY) finds the daemon's database,
+    and no local market: the example's [providers.local] (a simulator whose offerings carry
+    real clouds' names) is replaced by an empty [providers], so the service places nothing
+    until a cloud is configured rather than running the simulated market."""
     lines = example.splitlines()
     for i, line in enumerate(lines):
         if line.strip() == "[daemon]":
             lines.insert(i + 1, f'state_dir = "{STATE_DIR}"   # the unit\'s StateDirectory=')
             break
-    return "\n".join(lines) + "\n"
+    out = _without_local_market(lines)
+    return "\n".join(out) + "\n"
+
+
+NO_LOCAL_MARKET = (
+    "# No local market on a production host: the daemon places jobs on the clouds configured",
+    "# below, and on nothing until one is (spotwise check-config says so). The local market",
+    "# is a simulator for trying spotwise on one machine (./dev demo).",
+    "[providers]",
+)
+
+
+def _without_local_market(lines: list[str]) -> list[str]:
+    """`lines` with the [providers.local] table (its header, its keys and the comment block
+    just above it) replaced by NO_LOCAL_MARKET."""
+    try:
+        start = next(i for i, x in enumerate(lines) if x.strip() == "[providers.local]")
+    except StopIteration:
+        return lines
+    end = start + 1
+    while end < len(lines) and lines[end].strip() and not lines[end].lstrip().startswith("["):
+        end += 1
+    while start > 0 and lines[start - 1].lstrip().startswith("#"):
+        start -= 1
+    return [*lines[:start], *NO_LOCAL_MARKET, *lines[end:]]
 
 
 @dataclass

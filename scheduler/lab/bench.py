@@ -21,14 +21,14 @@ Progress = Callable[[str], None]
 def choose_settings(split: Any, sweep: bool, quick: bool, windows: int | None) -> list:
     """The settings a deadline run replays: the sweep, the split settings on the train split,
     or the protocol settings (their windows are fixed: not split)."""
-    from scheduler.lab.replay import scenarios
+    from scheduler.lab.replay import bench_settings
     from scheduler.lab.replay.split import Split
 
     if sweep:
-        return scenarios.sweep(split, quick, windows)
+        return bench_settings.sweep(split, quick, windows)
     if split is Split.TRAIN:
-        return scenarios.split_settings(split, quick)
-    return scenarios.settings(quick)
+        return bench_settings.split_settings(split, quick)
+    return bench_settings.settings(quick)
 
 
 def run_settings(chosen: list, quick: bool, jobs: int, step: Step) -> list:
@@ -136,7 +136,7 @@ def deadline_doc(summary: list, elapsed: float, quick: bool) -> dict[str, Any]:
         if {"spotwise", *_BEST_OF} <= set(r.stats):
             doc["spotwise_minus_best_baseline"] = _delta_doc(r)
             if r.setting.key.startswith("sweep"):
-                from scheduler.lab.replay.scenarios import TRACE_KINDS
+                from scheduler.lab.replay.bench_settings import TRACE_KINDS
 
                 parts = {"all": r} | {k: r.subset(keep) for k, keep in TRACE_KINDS.items()}
                 sweep_cells.append(parts)

@@ -207,7 +207,7 @@ def measure(jobs: int, history: int, idle_seconds: float, workdir: Path, cli_run
     # whole new process, interpreter start and imports included.
     status_ms, status_cpu_ms = _status_in_fresh_process(db, jobs + history)
     status_cli_ms = _status_cli_ms(db, workdir, cli_runs)
-    # Every instance ends at once (a fleet finishing, or a zone reclaimed): one pass settles all.
+    # Every instance ends at once (a fleet finishing, or a zone reclaimed): one pass bills them all.
     for inst in cloud.running():
         cloud.end(inst.id, EndReason.EXITED, exit_code=0)
     clock.advance(5)

@@ -263,7 +263,7 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
             f"hours: [bold green]{percent_saved(paid, ondemand)} saved[/]"
         )
     console.print(f"demo finished in {time.monotonic() - started:.0f} s; inspect it with:")
-    for command in (f"spotwise show <job> -c {cfg_path}", f"spotwise events -c {cfg_path}"):
+    for command in hint_commands(cfg_path, [spec.name for spec in plan.jobs]):
         # soft_wrap: a long path stays one line, so it can be copied whole.
         console.print(f"  {command}", soft_wrap=True, highlight=False, markup=False)
     with Session(engine) as s:
@@ -275,7 +275,37 @@ def run_demo(workdir: Path | None, speedup: float, console: Console) -> int:
     return 0 if ok else 1
 
 
-def _settled(state: JobState) -> bool:
+def program() -> str:
+    """How to run spotwise as this demo was run, so its hints work when pasted: `./dev`
+    when ./dev started it (it says so in $SPOTWISE_PROG), `spotwise` when that is on the
+    PATH, else this Python's `-m scheduler`."""
+    import shlex
+    import shutil
+
+    given = os.environ.get("SPOTWISE_PROG", "").strip()
+    if given:
+        return given
+    if shutil.which("spotwise"):
+        return "spotwise"
+    return f"{shlex.quote(sys.executable)} -m scheduler"
+
+
+def hint_commands(cfg_path: Path, job_names: list[str]) -> list[str]:
+    """The commands the demo's last lines suggest, runnable as printed (real job names,
+    not placeholders; the program as it was started)."""
+    import shlex
+
+    prog, cfg = program(), shlex.quote(str(cfg_path))
+    first = job_names[0] if job_names else "JOB"
+    return [
+        f"{prog} status --all -c {cfg}",
+        f"{prog} show {shlex.quote(first)} -c {cfg}",
+        f"{prog} logs {shlex.quote(first)} -c {cfg}",
+        f"{prog} events --job {shlex.quote(first)} -c {cfg}",
+    ]
+
+
+def _done_or_held(state: JobState) -> bool:
     return state.terminal or state is JobState.HELD
 
 
@@ -286,7 +316,7 @@ def _watch(engine, ids, capped, daemon, console: Console, started: float) -> Non
             rows = job_rows(engine)
             live.update(Group(_live_table(rows), Text(f"{time.monotonic() - started:.0f} s")))
             states = {r["id"]: JobState(r["state"]) for r in rows}
-            if all(_settled(states[i]) for i in ids if i != capped):
+            if all(_done_or_held(states[i]) for i in ids if i != capped):
                 return
             if daemon.poll() is not None:
                 raise RuntimeError("the daemon exited; see daemon.log in the demo directory")

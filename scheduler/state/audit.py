@@ -25,12 +25,24 @@ def emit(
     job_id: str | None = None,
     attempt_id: str | None = None,
     level: str = "info",
+    actor: str | None = None,
 ) -> None:
-    """Add an event to the session (committed with the decision it explains) and log it."""
+    """Add an event to the session (committed with the decision it explains) and log it.
+    `actor`: the Unix user whose command caused it (None: the daemon decided)."""
     session.add(
-        Event(at=at, kind=kind, message=message, job_id=job_id, attempt_id=attempt_id, level=level)
+        Event(
+            at=at,
+            kind=kind,
+            message=message,
+            job_id=job_id,
+            attempt_id=attempt_id,
+            level=level,
+            actor=actor,
+        )
     )
     prefix = f"[{job_id}] " if job_id else ""
+    if actor:
+        message = f"{message} (by {actor})"
     log.log(_LEVELS.get(level, logging.INFO), "%s%s: %s", prefix, kind, message)
 
 

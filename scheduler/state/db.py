@@ -8,7 +8,6 @@ not both migrate); read commands never create or change a database.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from sqlmodel import Session, select
 
 from providers.masking import mask_url_passwords
 from scheduler.core.errors import UserError
+from scheduler.state.paths import creatable
+from scheduler.state.revisions import LEGACY_REVISION, MIGRATIONS, head_revision
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-LEGACY_REVISION = "0001"  # what a 0.1 database (create_all, no alembic_version) matches
 MIGRATION_LOCK = 0x5707_0001  # pg_advisory_lock key held while migrating
 
 
@@ -57,6 +56,35 @@ def is_postgres(url: str) -> bool:
         return parse_url(url).get_backend_name() == "postgresql"
     except UserError:
         return False
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why the engine cannot open `url` (None: it can), without connecting: the URL must
+    parse, name SQLite or PostgreSQL, and (for SQLite) a file whose folder can exist."""
+    try:
+        made = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):  # a port that is no number: ValueError
+        return f"{redact_url(url)!r} is not a database URL (sqlite:////path.db, postgresql://...)"
+    backend = made.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        return f"{redact_url(url)!r}: {backend} is not supported; use SQLite or PostgreSQL"
+    if backend == "sqlite":
+        try:
+            path = sqlite_path(url)
+        except sa.exc.ArgumentError as e:
+            return f"{redact_url(url)!r} is not a database URL: {e}"
+        if path is not None and not path.is_absolute():
+            return f"{redact_url(url)!r} names a relative file; use sqlite:////absolute/path.db"
+        if path is not None:
+            why = creatable(path.parent)
+            if why is not None:
+                return f"the database's folder: {why}"
+    else:
+        try:
+            made.get_dialect()
+        except Exception as e:  # a driver that is not installed, or unknown
+            return f"{redact_url(url)!r} is not usable: {e}"
+    return None
 
 
 def make_engine(
@@ -123,27 +151,6 @@ def _alembic_config(connection: sa.Connection):  # type: ignore[no-untyped-def]
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
     return cfg
-
-
-def head_revision() -> str:
-    """The newest migration's revision, read from the migration files' `revision` and
-    `down_revision` lines: every CLI command checks it, and importing Alembic to ask would
-    cost it half a second (tests check this agrees with Alembic's own answer)."""
-    revisions: dict[str, str | None] = {}
-    for path in (MIGRATIONS / "versions").glob("[0-9]*.py"):
-        text = path.read_text()
-        rev, down = _REVISION.search(text), _DOWN_REVISION.search(text)
-        if rev is None or down is None:
-            raise RuntimeError(f"{path}: no revision/down_revision line")
-        revisions[rev.group(1)] = down.group(1)
-    heads = set(revisions) - set(revisions.values())
-    if len(heads) != 1:
-        raise RuntimeError(f"{MIGRATIONS}: expected one head revision, found {sorted(heads)}")
-    return heads.pop()
-
-
-_REVISION = re.compile(r'^revision\s*=\s*"([^"]+)"', re.M)
-_DOWN_REVISION = re.compile(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', re.M)
 
 
 def current_revision(engine: Engine) -> str | None:

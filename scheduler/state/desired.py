@@ -8,11 +8,13 @@ from datetime import datetime
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from scheduler.core.errors import UserError
+from scheduler.core.errors import UserError, clean
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.states import JobState
+from scheduler.state import store_use
 from scheduler.state.audit import emit
 from scheduler.state.models import Job
+from trainer.contract import canonical_uri
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 
@@ -23,9 +25,26 @@ def new_job_id() -> str:
     return "j-" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(12))
 
 
-def submit(engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str) -> Job:
+def submit(
+    engine: Engine,
+    spec: JobSpec,
+    now: datetime,
+    checkpoint_root: str,
+    submitted_by: str = "",
+    source: str = "<job>",
+) -> Job:
+    """Enqueue `spec` as a new PENDING job; `submitted_by` is the Unix user who asked. A
+    `checkpoint` another unfinished job uses, or a finished job's without
+    `reuse_checkpoint = true`, is refused (UserError, one line naming the other job)."""
     job_id = new_job_id()
-    uri = spec.checkpoint or f"{checkpoint_root.rstrip('/')}/{job_id}"
+    uri = canonical_uri(spec.checkpoint) if spec.checkpoint else None
+    if uri is not None:
+        with Session(engine) as s:
+            found = store_use.users(s, [uri]).get(uri, [])
+            why = store_use.refusal(uri, None, spec.reuse_checkpoint, found)
+        if why is not None:
+            raise UserError(f"{clean(source, 200)}: checkpoint: {why}")
+    uri = uri or f"{checkpoint_root.rstrip('/')}/{job_id}"
     job = Job(
         id=job_id,
         name=spec.name,
@@ -37,10 +56,18 @@ def submit(engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str) -
         created_at=now,
         updated_at=now,
         deadline=spec.deadline_at(now),
+        submitted_by=submitted_by,
     )
     with Session(engine) as s:
         s.add(job)
-        emit(s, now, "submitted", f"{spec.name} ({', '.join(spec.gpus)})", job_id=job_id)
+        emit(
+            s,
+            now,
+            "submitted",
+            f"{spec.name} ({', '.join(spec.gpus)})",
+            job_id=job_id,
+            actor=submitted_by or None,
+        )
         s.commit()
         s.refresh(job)
     return job
@@ -62,7 +89,7 @@ def resolve(session: Session, ref: str) -> Job:
     raise UserError(f"no job {ref!r} (use an id from 'spotwise status')")
 
 
-def cancel(engine: Engine, ref: str, now: datetime) -> Job:
+def cancel(engine: Engine, ref: str, now: datetime, actor: str | None = None) -> Job:
     with Session(engine) as s:
         job = resolve(s, ref)
         if job.state.terminal:
@@ -70,7 +97,7 @@ def cancel(engine: Engine, ref: str, now: datetime) -> Job:
         job.cancel_requested = True
         job.updated_at = now
         s.add(job)
-        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id)
+        emit(s, now, "cancel_requested", "cancel requested by user", job_id=job.id, actor=actor)
         s.commit()
         s.refresh(job)
         return job

@@ -105,8 +105,9 @@ class DaemonRecord:
         self.pid = os.getpid()
         self.holder = f"{self.host}:{self.pid}:{secrets.token_hex(4)}"
 
-    def claim(self, version: str) -> None:
-        """Take the row unless another live daemon's heartbeat is fresh."""
+    def claim(self, version: str, config_json: str = "") -> None:
+        """Take the row unless another live daemon's heartbeat is fresh; `config_json` is
+        the configuration this daemon runs with (state.running_config.record)."""
         now = real_now()
         with Session(self.engine) as s:
             row = s.get(DaemonLease, LEASE_NAME)
@@ -136,6 +137,17 @@ class DaemonRecord:
             row.epoch += 1
             row.started_at = row.renewed_at = now
             row.version, row.status = version, "starting"
+            row.config_json = config_json
+            s.add(row)
+            s.commit()
+
+    def record_config(self, config_json: str) -> None:
+        """After a reload: the configuration the daemon now runs with."""
+        with Session(self.engine) as s:
+            row = s.get(DaemonLease, LEASE_NAME)
+            if row is None or row.holder != self.holder:
+                return
+            row.config_json = config_json
             s.add(row)
             s.commit()
 
@@ -266,6 +278,10 @@ _RENEW = sa.text(
 _FENCE = sa.text(
     "SELECT epoch FROM daemonlease WHERE name = :name AND holder = :holder AND epoch = :epoch "
     "FOR KEY SHARE"
+)
+_RECORD_CONFIG = sa.text(
+    "UPDATE daemonlease SET config_json = :config_json "
+    "WHERE name = :name AND holder = :holder AND epoch = :epoch"
 )
 _RELEASE = sa.text(
     "UPDATE daemonlease SET status = 'stopped' "
@@ -513,6 +529,21 @@ class Lease:
             log.warning("write rejected: %s", why)
             self._lose(why)
             raise LeaseLost(f"not the lease holder: {why}")
+
+    def record_config(self, config_json: str) -> None:
+        """The configuration this holder runs with, beside the heartbeat (fenced: a holder
+        that lost the lease writes nothing)."""
+        self.guard()
+        with self.engine.begin() as c:
+            c.execute(
+                _RECORD_CONFIG,
+                {
+                    "config_json": config_json,
+                    "name": LEASE_NAME,
+                    "holder": self.holder,
+                    "epoch": self.epoch,
+                },
+            )
 
     # -- stopping ----------------------------------------------------------------------------
     def release(self) -> None:

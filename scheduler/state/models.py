@@ -66,7 +66,7 @@ class Job(SQLModel, table=True):
     spec_json: str
     state: JobState = _enum(JobState, JobState.PENDING, index=True)
     reason: str = ""
-    checkpoint_uri: str
+    checkpoint_uri: str = Field(index=True)  # one store, one unfinished job (store_use)
     created_at: datetime = _utc()
     updated_at: datetime = _utc(index=True)
     deadline: datetime | None = _utc(default=None)
@@ -90,6 +90,8 @@ class Job(SQLModel, table=True):
     cost_usd: float = 0.0
     progress_step: int | None = None
     total_steps: int | None = None
+    # The Unix user who submitted it (the login user under sudo); "" before it was recorded.
+    submitted_by: str = ""
 
 
 # Attempts whose spend is not accrued up to their end (live ones, and ended ones until the
@@ -230,6 +232,9 @@ class DaemonLease(SQLModel, table=True):
     renewed_at: datetime = _utc()
     version: str = ""
     status: str = ""  # "3 running, 2 pending, $4.10/h"
+    # The configuration this daemon runs with (state.running_config), so the CLI shows
+    # the budgets, teams and providers the daemon enforces rather than its own file's.
+    config_json: str = ""
 
 
 class PoolState(SQLModel, table=True):
@@ -256,6 +261,9 @@ class Event(SQLModel, table=True):
     job_id: str | None = Field(default=None, index=True)
     attempt_id: str | None = None
     message: str
+    # The Unix user whose command caused it (submit, cancel, release, requeue); None for
+    # the daemon's own decisions.
+    actor: str | None = None
 
 
 class LeakSeen(SQLModel, table=True):

@@ -9,13 +9,12 @@ never creates or migrates a database), and a read writes nothing: the SQLite con
 `query_only` and never sets the journal mode. (SQLite itself keeps its `-wal` and `-shm` files
 beside the database while a connection is open, and removes them when the last one closes.)
 
-`db.py` holds the same schema check for the engine; `head_revision` here reads the migration
-files the same way, without importing SQLAlchemy to find them.
+`db.py` holds the same schema check for the engine; both ask `revisions.head_revision`, which
+reads the migration files without importing SQLAlchemy or Alembic.
 """
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,14 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.errors import UserError
+from scheduler.state.revisions import LEGACY_REVISION, head_revision
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
     from sqlalchemy.engine import Engine
 
-MIGRATIONS = Path(__file__).resolve().parent / "migrations"
-LEGACY_REVISION = "0001"  # what a 0.1 database (create_all, no alembic_version) matches
 
 # Runs one statement (`?` placeholders) and returns its rows as the driver gives them.
 Query = Callable[..., list[tuple[Any, ...]]]
@@ -99,26 +97,6 @@ def _revision(query: Query) -> str | None:
         rows = query("SELECT version_num FROM alembic_version")
         return str(rows[0][0]) if rows else None
     return LEGACY_REVISION if "job" in tables else None
-
-
-def head_revision() -> str:
-    """The newest migration's revision, from the migration files' `revision` and
-    `down_revision` lines (as db.head_revision reads them)."""
-    revisions: dict[str, str | None] = {}
-    for path in (MIGRATIONS / "versions").glob("[0-9]*.py"):
-        text = path.read_text()
-        rev, down = _REVISION.search(text), _DOWN_REVISION.search(text)
-        if rev is None or down is None:
-            raise RuntimeError(f"{path}: no revision/down_revision line")
-        revisions[rev.group(1)] = down.group(1)
-    heads = set(revisions) - set(revisions.values())
-    if len(heads) != 1:
-        raise RuntimeError(f"{MIGRATIONS}: expected one head revision, found {sorted(heads)}")
-    return heads.pop()
-
-
-_REVISION = re.compile(r'^revision\s*=\s*"([^"]+)"', re.M)
-_DOWN_REVISION = re.compile(r'^down_revision\s*=\s*(?:"([^"]+)"|None)', re.M)
 
 
 @contextmanager

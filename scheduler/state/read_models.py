@@ -137,17 +137,18 @@ def _encode_table(fields: tuple[str, ...], values: list[Any]) -> str:
 _JOB_COLUMNS = (
     "id", "name", "team", "state", "reason", "cost_usd", "attempts", "recoveries",
     "progress_step", "total_steps", "deadline", "checkpoint_uri", "created_at", "updated_at",
+    "submitted_by", "spec_json",
 )  # fmt: skip
 _ATTEMPT_COLUMNS = (
     "id", "number", "provider", "cloud", "region", "zone", "instance_type", "market", "pool",
     "price_per_hour", "instance_id", "state", "created_at", "started_at", "ended_at",
-    "end_reason", "exit_code", "cost_usd", "nodes", "detail",
+    "end_reason", "exit_code", "cost_usd", "nodes", "detail", "stop_reason", "notice_at",
 )  # fmt: skip
 _NODE_COLUMNS = (
     "attempt_id", "node", "instance_id", "zone", "state", "started_at", "ended_at",
     "end_reason", "exit_code", "cost_usd",
 )  # fmt: skip
-_EVENT_COLUMNS = ("id", "at", "level", "kind", "job_id", "attempt_id", "message")
+_EVENT_COLUMNS = ("id", "at", "level", "kind", "job_id", "attempt_id", "message", "actor")
 
 
 def _select(table: str, columns: tuple[str, ...]) -> str:
@@ -190,6 +191,8 @@ def _attempt_row(a: dict[str, Any], nodes: list[dict[str, Any]] | None = None) -
         "cost_usd": round(a["cost_usd"], 6),
         "nodes": a["nodes"],
         "detail": a["detail"],
+        "stop_reason": a["stop_reason"],
+        "notice_at": _when(a["notice_at"]),
         # One per node (a gang's N instances, each billed at the price paid).
         "instances": [_node_row(n) for n in nodes or []],
     }
@@ -220,6 +223,9 @@ def _job_row(j: dict[str, Any], current: dict[str, Any] | None) -> dict[str, Any
         "checkpoint_uri": j["checkpoint_uri"],
         "created_at": _when(j["created_at"]),
         "updated_at": _when(j["updated_at"]),
+        "provider": live["provider"] if live else None,
+        "nodes": live["nodes"] if live else None,
+        "submitted_by": j["submitted_by"],
     }
 
 
@@ -241,7 +247,16 @@ def job_rows(
         dict(
             zip(
                 _STATUS_FIELDS,
-                (*r[:12], round(r[12], 6), *r[13:17], to(r[17]), r[18], to(r[19]), to(r[20])),
+                (
+                    *r[:12],
+                    round(r[12], 6),
+                    *r[13:17],
+                    to(r[17]),
+                    r[18],
+                    to(r[19]),
+                    to(r[20]),
+                    *r[21:],
+                ),
                 strict=True,
             )
         )
@@ -288,7 +303,8 @@ def _status_query(states: list[str] | None, team: str | None) -> tuple[str, list
         "SELECT job.id, job.name, job.team, job.state, job.reason, live.cloud, live.region, "
         "live.zone, live.instance_type, live.instance_id, live.market, live.price_per_hour, "
         "job.cost_usd, job.attempts, job.recoveries, job.progress_step, job.total_steps, "
-        "job.deadline, job.checkpoint_uri, job.created_at, job.updated_at "
+        "job.deadline, job.checkpoint_uri, job.created_at, job.updated_at, live.provider, "
+        "live.nodes, job.submitted_by "
         "FROM job LEFT OUTER JOIN attempt AS live ON live.job_id = job.id "
         f"AND live.number = job.attempts AND live.state IN ({placeholders(_LIVE)})"
     )
@@ -348,6 +364,9 @@ _STATUS_FIELDS = (
     "checkpoint_uri",
     "created_at",
     "updated_at",
+    "provider",
+    "nodes",
+    "submitted_by",
 )
 
 
@@ -371,10 +390,10 @@ _TERMINAL = frozenset(x.value for x in JobState if x.terminal)
 _TIME_FIELDS = frozenset({"deadline", "created_at", "updated_at"})
 
 
-def hide_finished(rows: list[dict[str, Any]], now: datetime) -> tuple[list[dict[str, Any]], int]:
-    """The rows a person wants by default: finished jobs only while recent. Returns the rows
-    kept and how many were left out (so the table can say so)."""
-    cutoff = now - FINISHED_VISIBLE
+def hide_finished(rows: list[dict[str, Any]], cutoff: datetime) -> tuple[list[dict[str, Any]], int]:
+    """The rows a person wants by default: finished jobs only if they finished after
+    `cutoff` (the daemon's clock FINISHED_VISIBLE ago). Returns the rows kept and how many
+    were left out (so the table can say so)."""
     kept = [r for r in rows if not JobState(r["state"]).terminal or r["updated_at"] >= cutoff]
     return kept, len(rows) - len(kept)
 
@@ -405,6 +424,14 @@ def daemon_heartbeat(db: Database) -> dict[str, Any] | None:
     }
 
 
+def running_config_text(db: Database) -> str | None:
+    """The configuration the daemon recorded beside its heartbeat (state.running_config),
+    or None: no daemon yet, or one from before it recorded any."""
+    with reading(db) as query:
+        rows = query("SELECT config_json FROM daemonlease WHERE name = ?", (LEASE_NAME,))
+    return rows[0][0] or None if rows else None
+
+
 def attempt_running(db: Database, attempt_id: str) -> bool:
     """Whether the attempt exists and has not ended (what `logs -f` waits on)."""
     with reading(db) as query:
@@ -421,6 +448,7 @@ def _event_row(e: dict[str, Any]) -> dict[str, Any]:
         "job_id": e["job_id"],
         "attempt_id": e["attempt_id"],
         "message": e["message"],
+        "actor": e["actor"],
     }
 
 
@@ -515,9 +543,44 @@ def job_detail(db: Database, ref: str, config: Config | None = None) -> dict[str
                 nodes.setdefault(n["attempt_id"], []).append(n)
     return {
         "job": _job_row(job, attempts[-1] if attempts else None),
+        "spec": _spec_doc(job),
         "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a["id"]))) for a in attempts],
         "events": [_event_row(dict(zip(_EVENT_COLUMNS, e, strict=True))) for e in events],
     }
+
+
+def job_attempts(db: Database, job_id: str, config: Config | None = None) -> dict[str, Any]:
+    """A job's state and its attempts (with where their logs are), without its events:
+    what a follower of the job (`logs -f`) reads between two reads of its files."""
+    with reading(db) as query:
+        rows = query(f"{_select('job', _JOB_COLUMNS)} WHERE id = ?", (job_id,))
+        if not rows:
+            raise UserError(f"no job {job_id!r} (use an id from 'spotwise status')")
+        job = dict(zip(_JOB_COLUMNS, rows[0], strict=True))
+        attempts = [
+            dict(zip(_ATTEMPT_COLUMNS, r, strict=True))
+            for r in query(
+                f"{_select('attempt', _ATTEMPT_COLUMNS)} WHERE job_id = ? ORDER BY number",
+                (job_id,),
+            )
+        ]
+    return {
+        "job": _job_row(job, attempts[-1] if attempts else None),
+        "attempts": [_with_logs(config, _attempt_row(a)) for a in attempts],
+    }
+
+
+def _spec_doc(job: dict[str, Any]) -> dict[str, Any] | None:
+    """What the job asked for, as it was submitted (the validated job file), with its
+    deadline as a time; None if the stored spec no longer parses as JSON."""
+    try:
+        spec = json.loads(job["spec_json"] or "null")
+    except ValueError:
+        return None
+    if not isinstance(spec, dict):
+        return None
+    spec["deadline_at"] = _when(job["deadline"])
+    return spec
 
 
 def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
@@ -525,17 +588,72 @@ def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def event_rows(db: Database, job: str | None, limit: int) -> list[dict[str, Any]]:
-    """The newest `limit` events (of one job's when `job` is given), oldest first."""
+def event_rows(
+    db: Database,
+    job: str | None,
+    limit: int,
+    *,
+    since: datetime | None = None,
+    kinds: list[str] | None = None,
+    actor: str | None = None,
+    after_id: int | None = None,
+) -> list[dict[str, Any]]:
+    """The newest `limit` events, oldest first: of one job's when `job` is given, at or
+    after `since`, of these `kinds` (a kind ending in '*' is a prefix: 'attempt_*'), caused
+    by `actor` (a Unix user), with an id above `after_id` (what a follower has not seen)."""
     with reading(db) as query:
-        where, params = "", []
+        where: list[str] = []
+        params: list[Any] = []
         if job:
-            where, params = " WHERE job_id = ?", [_find_job(query, job)["id"]]
+            where.append("job_id = ?")
+            params.append(_find_job(query, job)["id"])
+        if since is not None:
+            where.append("at >= ?")
+            params.append(_stored(since))
+        if kinds:
+            exact = [k for k in kinds if not k.endswith("*")]
+            ors = [f"kind IN ({placeholders(exact)})"] if exact else []
+            params += exact
+            for k in kinds:
+                if k.endswith("*"):
+                    ors.append("kind LIKE ? ESCAPE '\\'")
+                    params.append(k[:-1].replace("_", "\\_") + "%")
+            where.append("(" + " OR ".join(ors) + ")")
+        if actor:
+            where.append("actor = ?")
+            params.append(actor)
+        if after_id is not None:
+            where.append("id > ?")
+            params.append(after_id)
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
         rows = query(
-            f"{_select('event', _EVENT_COLUMNS)}{where} ORDER BY id DESC LIMIT ?",
+            f"{_select('event', _EVENT_COLUMNS)}{clause} ORDER BY id DESC LIMIT ?",
             [*params, limit],
         )
     return [_event_row(dict(zip(_EVENT_COLUMNS, e, strict=True))) for e in reversed(rows)]
+
+
+def _stored(t: datetime) -> str:
+    """A time as the tables store it (naive UTC text, which sorts as time on every backend
+    this compares it with)."""
+    return t.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+def local_pools(db: Database, job_ids: list[str]) -> dict[str, set[str]]:
+    """job id -> the pools its local-market attempts ran in, so what shows those pools can
+    say they are the local market's (its offerings carry the real clouds' names)."""
+    ids = sorted(set(i for i in job_ids if i))
+    if not ids:
+        return {}
+    out: dict[str, set[str]] = {}
+    with reading(db) as query:
+        for job_id, pool in query(
+            f"SELECT job_id, pool FROM attempt WHERE provider = 'local' "
+            f"AND job_id IN ({placeholders(ids)})",
+            ids,
+        ):
+            out.setdefault(job_id, set()).add(pool)
+    return out
 
 
 def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:

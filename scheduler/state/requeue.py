@@ -23,7 +23,7 @@ def _runnable_state(job: Job) -> JobState:
     return JobState.RECOVERING if job.recoveries else JobState.PENDING
 
 
-def release(engine: Engine, ref: str, now: datetime) -> Job:
+def release(engine: Engine, ref: str, now: datetime, actor: str | None = None) -> Job:
     """A HELD job back to the queue. A hard budget that still binds holds it again on the
     daemon's next pass (with that reason), so release never overruns a budget."""
     with Session(engine) as s:
@@ -37,13 +37,13 @@ def release(engine: Engine, ref: str, now: datetime) -> Job:
         job.held_budget = job.held_window_start = job.held_limit_usd = None
         job.held_spent_usd = None
         s.add(job)
-        emit(s, now, "released", "released by user", job_id=job.id)
+        emit(s, now, "released", "released by user", job_id=job.id, actor=actor)
         s.commit()
         s.refresh(job)
         return job
 
 
-def requeue(engine: Engine, ref: str, now: datetime) -> Job:
+def requeue(engine: Engine, ref: str, now: datetime, actor: str | None = None) -> Job:
     """A FAILED job back to PENDING with fresh failure counters (max_attempts, backoff and
     quarantine count again from zero). Refused while an attempt still stops (UserError);
     its latest attempt counts as settled: it is accounted for, and must not fail the job a
@@ -83,7 +83,7 @@ def requeue(engine: Engine, ref: str, now: datetime) -> Job:
         job.step_failures, job.last_error, job.failures = 0, "", 0
         job.cancel_requested = False
         s.add(job)
-        emit(s, now, "requeued", "requeued by user", job_id=job.id)
+        emit(s, now, "requeued", "requeued by user", job_id=job.id, actor=actor)
         s.commit()
         s.refresh(job)
         return job

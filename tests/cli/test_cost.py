@@ -82,7 +82,7 @@ def test_cost_window_bounds_and_table(world):
     r = runner.invoke(cli.app, ["cost", "-c", str(world.config)])
     assert r.exit_code == 0 and "vision" in r.stdout and "$3.75" in r.stdout
     with pytest.raises(UserError, match="neither a duration"):
-        spend_cli._since("last tuesday", datetime.now(UTC))
-    assert spend_cli._since("2026-01-01T00:00:00", datetime.now(UTC)) == datetime(
+        spend_cli.parse_since("last tuesday", datetime.now(UTC))
+    assert spend_cli.parse_since("2026-01-01T00:00:00", datetime.now(UTC)) == datetime(
         2026, 1, 1, tzinfo=UTC
     )

@@ -70,9 +70,16 @@ def test_logs_prints_stdout_and_stderr_of_the_attempt(world):
 
 
 @pytest.mark.slow
-def test_follow_on_an_ended_attempt_prints_everything_and_returns(world):
+def test_follow_on_a_finished_job_prints_everything_and_returns(world):
+    """The attempt ended and the job with it: its output, how it ended, exit 1 (FAILED)."""
     r = _invoke(world, "logs", world.ids["failed"], "-f", "--stream", "stdout")
-    assert r.exit_code == 0 and r.stdout == "step 1\nstep 2\n"
+    assert r.exit_code == 1, r.output
+    assert r.stdout == (
+        "step 1\nstep 2\n"
+        "==> attempt 1 on local:aws/us-east-1a/p3.2xlarge/spot ended: failed: the job's "
+        "command exited with code 1 <==\n"
+        "==> job FAILED: exit code 1 <==\n"
+    )
 
 
 def test_follow_prints_lines_as_they_arrive_until_the_attempt_ends(tmp_path):

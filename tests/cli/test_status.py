@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from scheduler.cli import app as cli
 from scheduler.cli import status as status_cli
+from scheduler.cli.columns import rich_lines
 from scheduler.core.errors import UserError
 from scheduler.core.states import JobState
 from scheduler.state import read_models
@@ -37,27 +38,33 @@ def _invoke(world, *args: str, env: dict[str, str] | None = None):
 
 def test_table_fits_80_columns_with_full_ids(world):
     rows = read_models.job_rows(world.engine)
-    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
-    console.print(status_cli.status_table(rows, datetime.now(UTC), width=80))
-    text = console.export_text()
-    lines = text.splitlines()
+    lines = status_cli.status_plain(rows, datetime.now(UTC), width=80)
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
+    text = "\n".join(lines)
     for jid in world.ids.values():
         assert jid in text  # never cut: it is what people copy
     header = lines[0].split()
     assert header[:4] == ["ID", "NAME", "STATE", "AGE"] and header[-1] == "REASON"
-    assert "[bold]" in text and "[/bold]" in text  # user text is never markup
-    # Wide brings back what 80 columns dropped.
-    wide = Console(width=250, record=True, file=io.StringIO(), color_system=None)
-    wide.print(status_cli.status_table(rows, datetime.now(UTC), width=250, wide=True))
-    assert "INSTANCE" in wide.export_text() and "INSTANCE" not in lines[0]
+    # On a terminal: the same lines, the state in colour, user text never markup.
+    cells = [status_cli._status_cells(r, datetime.now(UTC)) for r in rows]
+    lay = status_cli.status_layout(cells, 80)
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    for line in rich_lines(lay, cells, styles=status_cli.STYLES):
+        console.print(line, soft_wrap=True)
+    assert console.export_text().splitlines() == lines
+    long_reason = status_cli.status_plain(rows, datetime.now(UTC), width=None)
+    assert any("[bold]not markup[/bold]" in x for x in long_reason)
+    # Wide brings back what 80 columns dropped, whole, past the terminal's edge.
+    wide = status_cli.status_plain(rows, datetime.now(UTC), width=80, wide=True)
+    assert "INSTANCE" in wide[0] and "INSTANCE" not in lines[0]
+    assert any(LONG_REASON in x for x in wide) and any(LONG_NAME in x for x in wide)
 
 
 def test_a_wide_terminal_gets_more_columns_in_priority_order(world):
     rows = read_models.job_rows(world.engine)
     cells = [status_cli._status_cells(r, datetime.now(UTC)) for r in rows]
-    narrow = status_cli._pick_columns(cells, 80, wide=False)
-    roomy = status_cli._pick_columns(cells, 160, wide=False)
+    narrow = status_cli.status_layout(cells, 80).names
+    roomy = status_cli.status_layout(cells, 160).names
     assert set(narrow) >= {"ID", "NAME", "STATE", "AGE", "REASON"}
     assert set(narrow) < set(roomy) and "COST" in roomy
 
@@ -191,7 +198,7 @@ def test_release_puts_a_held_job_back_and_refuses_others(world):
 
 
 def test_cancel_a_whole_team(world):
-    r = _invoke(world, "cancel", "--team", "vision")
+    r = _invoke(world, "cancel", "--team", "vision", "-y")
     assert r.exit_code == 0, r.output
     assert {world.job(world.ids[k]).cancel_requested for k in ("running", "pending")} == {True}
     assert world.job(world.ids["held"]).cancel_requested is False
@@ -199,7 +206,7 @@ def test_cancel_a_whole_team(world):
 
 def test_version_and_completion():
     r = runner.invoke(cli.app, ["--version"])
-    assert r.exit_code == 0 and re.fullmatch(r"spotwise \S+\n", r.stdout)
+    assert r.exit_code == 0 and re.fullmatch(r"spotwise \S+ \(database schema \d{4}\)\n", r.stdout)
     assert "--install-completion" in runner.invoke(cli.app, ["--help"]).stdout
 
 
@@ -209,14 +216,14 @@ def test_show_and_events_print_dates_and_zones(world, monkeypatch):
     assert r.exit_code == 0, r.output
     assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
     r = _invoke(world, "events")
-    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", r.stdout)
+    assert r.stdout.startswith("AT (UTC)") and re.search(r"\n\d\d-\d\d \d\d:\d\d:\d\d  ", r.stdout)
 
 
 @pytest.mark.slow
 def test_show_reads_at_80_columns_without_cutting_what_people_copy(world):
     """The real CLI, piped at 80 columns: the pool, the instance id and the checkpoint are
-    whole, each attempt is two lines (when, how long, how it ended, cost), and the events
-    table does not repeat the job's id on every row."""
+    whole, each attempt is three lines (where; when, how long and what it cost; why it
+    ended), and the events do not repeat the job's id on every row."""
     env = {**os.environ, "COLUMNS": "80", "TZ": "UTC", "PYTHONPATH": str(Path(__file__).parents[2])}
     jid = world.ids["failed"]
     proc = subprocess.run(
@@ -229,33 +236,35 @@ def test_show_reads_at_80_columns_without_cutting_what_people_copy(world):
     assert "…" not in text
     (pool_line,) = [x for x in lines if "local-failed-0001" in x and "/h" in x]
     assert re.fullmatch(
-        r"\s+1  aws/us-east-1a/p3\.2xlarge/spot  \$\d+\.\d\d/h  local-failed-0001", pool_line
+        r"\s+1  local:aws/us-east-1a/p3\.2xlarge/spot  \$\d+\.\d\d/h  local-failed-0001",
+        pool_line,
     )
     span = lines[lines.index(pool_line) + 1]
     # the end is a time of day, or a whole date when the attempt crossed midnight (the
     # world's attempts are stamped from the wall clock, so a run near midnight sees both)
     when = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
-    assert re.fullmatch(
-        rf"\s+{when} -> (?:\d\d:\d\d:\d\d|{when}) \(10m00s\)  failed  \$\d+\.\d\d", span
-    ), span
+    assert re.fullmatch(rf"\s+{when} -> (?:\d\d:\d\d:\d\d|{when}) \(10m00s\)  \$\d+\.\d\d", span)
     assert len(span) <= 80
+    why = lines[lines.index(pool_line) + 2]
+    assert why.strip() == "failed: the job's command exited with code 1"
     assert f"checkpoint {world.job(jid).checkpoint_uri}\n" in text
-    table = [x for x in lines if x[:1] in "┏┃┡│└"]
-    assert table and all(len(x) <= 80 for x in table)
-    assert "JOB" not in table[1] and jid not in "".join(table)
+    events = lines[lines.index("events") + 1 :]
+    assert events[0].split() == ["AT", "(UTC)", "KIND", "MESSAGE"]
+    assert all(len(x) <= 80 for x in events) and jid not in "".join(events)
     assert "stderr of attempt 1 is empty" in text  # it failed without a word; was "last 0 lines"
 
 
 def test_times_on_the_sped_up_local_market_say_so(world):
     """The local market's clock runs ahead of the wall clock: printed times say whose."""
     world.config.write_text(world.config.read_text().replace("speedup = 1", "speedup = 120"))
+    note = "local market at 120x: times are wall-clock; costs accrue in market hours"
     r = _invoke(world, "show", world.ids["running"])
     assert r.exit_code == 0, r.output
-    assert "(local-market time, 120x real time)" in r.stdout
-    r = _invoke(world, "events")
-    assert r.exit_code == 0 and "events (local-market time, 120x real time)" in r.stdout
+    assert note in r.stdout
+    r = _invoke(world, "status")
+    assert note in r.stderr
     world.config.write_text(world.config.read_text().replace("speedup = 120", "speedup = 1"))
-    assert "local-market time" not in _invoke(world, "events").stdout
+    assert "local market at" not in _invoke(world, "show", world.ids["running"]).stdout
 
 
 def test_watch_table_keeps_the_stale_daemon_footer(tmp_path, monkeypatch):

@@ -65,9 +65,9 @@ def test_no_provider_means_local_market():
         (
             '[[budgets]]\nname = "a"\nlimit_usd = 1\n\n'
             '[[budgets]]\nname = "b"\nscope = "teams:x"\nlimit_usd = 2\n',
-            "<f>: budgets.1.scope (line 7): scope must be 'global', 'team:NAME' or 'job:NAME'",
+            "<f>: budgets[1] 'b'.scope (line 7): scope must be 'global', 'team:NAME' or 'job:NAME'",
         ),
-        ('[[budgets]]\nname = "a"\n', "<f>: budgets.0.limit_usd: required key is missing"),
+        ('[[budgets]]\nname = "a"\n', "<f>: budgets[0] 'a'.limit_usd: required key is missing"),
         ("[daemon\n", "<f>: not valid TOML: "),
         ("[providers.gcp]\nenabled = true\n", "providers.gcp.project"),
     ],
@@ -192,8 +192,8 @@ def test_submit_rejects_a_bad_job_file_clearly(tmp_path):
         (
             '[daemon]\nteams = ["research"]\n[[budgets]]\nname = "r"\nscope = "team:reserch"\n'
             "limit_usd = 1\n",
-            "<f>: budgets.0.scope (line 5): team 'reserch' is not in daemon.teams (did you mean "
-            "'research'?)",
+            "<f>: budgets[0] 'r'.scope (line 5): team 'reserch' is not in daemon.teams "
+            "(did you mean 'research'?)",
         ),
     ],
 )

@@ -49,7 +49,9 @@ def error(tmp_path: Path, extra: str) -> str:
         ('env = { "1X" = "1" }', "did you mean '_1X'?"),
         ('gpus = "A100x8"', "job.toml: gpus (line 3): GPU spec 'A100x8' is not like 'A100:8' "
          "(did you mean 'A100:8'?)"),
-        ('gpus = "A1000:8"', "unknown GPU model 'A1000' (did you mean 'A100:8'?); known models: "),
+        ('gpus = "A1000:8"', "unknown GPU model 'A1000' (did you mean 'A100:8' or 'A6000:8'?)"),
+        ('gpus = "A10O:1"', "unknown GPU model 'A10O' (did you mean 'A100:1' or 'A10:1'?)"),
+        ("gpu_hour = 2", "job.toml: gpu_hour (line 3): unknown key (did you mean 'gpu_hours'?)"),
         ('gpus = "A100:64"', "no machine has more than 16 GPUs"),
         ('gpus = "A100-200GB:1"', "A100 comes with 40, 80 GB, not 200 GB"),
         ("gpu_memory_gb = 500", "job.toml: gpu_memory_gb (line 3): no GPU has more than 192 GB"),

@@ -319,6 +319,10 @@ def placement_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
             "</DescribePlacementGroupsResponse>"
         )
 
+    def delete(self: Any) -> str:
+        seen.setdefault("deleted", []).append(self._get_param("GroupName"))
+        return "<DeletePlacementGroupResponse><return>true</return></DeletePlacementGroupResponse>"
+
     def run(self: Any) -> Any:
         seen["run"].append(
             (self._get_param("Placement.GroupName"), int(self._get_param("MinCount")))
@@ -327,5 +331,6 @@ def placement_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
 
     monkeypatch.setattr(EC2Response, "create_placement_group", create, raising=False)
     monkeypatch.setattr(EC2Response, "describe_placement_groups", describe, raising=False)
+    monkeypatch.setattr(EC2Response, "delete_placement_group", delete, raising=False)
     monkeypatch.setattr(InstanceResponse, "run_instances", run)
     return seen

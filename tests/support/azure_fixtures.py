@@ -21,11 +21,9 @@ OWNER = "az-test"
 @pytest.fixture
 def arm() -> Iterator[FakeArm]:
     a, _ = fakes()
-    a.fail_create = a.fail_later = None
-    a.echo_auth = False
+    a.reset_answers()
     yield a
-    a.fail_create = a.fail_later = None
-    a.echo_auth = False
+    a.reset_answers()
 
 
 @pytest.fixture

@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.lab.replay.scenarios import (
-    ADRS_SCENARIOS,
-    Case,
-    CaseResult,
-    Setting,
-    adrs_multi,
-    adrs_window_starts,
-    collect,
-)
+from scheduler.lab.replay.bench_settings import ADRS_SCENARIOS, adrs_multi, adrs_window_starts
+from scheduler.lab.replay.scenarios import Case, CaseResult, Setting, collect
 
 
 def test_window_starts_follow_the_seeded_sampler() -> None:

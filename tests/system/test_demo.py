@@ -33,8 +33,22 @@ def test_demo_runs_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "what it cost" in r.stdout and "saved" in r.stdout
     # It reads on an 80-column terminal: only the copyable commands may run past it.
-    wide = [ln for ln in r.stdout.splitlines() if len(ln) > 80 and not ln.startswith("  spotwise ")]
+    lines = r.stdout.splitlines()
+    hints = lines[lines.index(next(x for x in lines if "inspect it with:" in x)) + 1 :]
+    wide = [ln for ln in lines if len(ln) > 80 and ln not in hints]
     assert not wide, wide
+    # Its hints run as printed (real job names, a program that exists), and succeed.
+    assert hints and all("<" not in h for h in hints)
+    for hint in hints:
+        ran = subprocess.run(
+            hint.strip(),
+            shell=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, COLUMNS="80"),
+        )
+        assert ran.returncode == 0, (hint, ran.stdout[-1000:], ran.stderr[-1000:])
     assert re.search(r"^train-v100: \S+/spot -> ", r.stdout, re.M), r.stdout[-2000:]
     cfg = str(tmp_path / "spotwise.toml")
     jobs = {j["name"]: j for j in read_json("status", "-c", cfg)["jobs"]}

@@ -158,7 +158,7 @@ def test_kill9_campaign(tmp_path):
                     pass
         sample()
 
-    # Let everything settle: every job must end.
+    # Let everything come to rest: every job must end.
     end = time.monotonic() + 150
     while time.monotonic() < end:
         rows = {r["id"]: r for r in json.loads(_cli(cfg, "status", "-o", "json").stdout)["jobs"]}

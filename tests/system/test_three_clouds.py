@@ -49,7 +49,9 @@ REGION = "us-east-1"
 AWS_T4 = "g4dn.xlarge"
 GCP_T4 = "n1-standard-4+1xnvidia-tesla-t4"
 GCP_T4_SKU = "Spot Preemptible Nvidia Tesla T4 GPU running in Americas"
-GCP_T4_REST = 4 * 0.0116 + 15 * 0.00156  # n1-standard-4's spot cores and RAM
+# n1-standard-4's spot cores and RAM, and its 200 GiB pd-balanced boot disk at $0.100 per
+# GiB-month (providers/gcp/fixtures/skus.json)
+GCP_T4_REST = 4 * 0.0116 + 15 * 0.00156 + 200 * 0.10 / 730
 AZ_T4 = "Standard_NC4as_T4_v3"
 AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "AKIATHREECLOUDS00001",
@@ -295,7 +297,7 @@ def test_one_job_moves_across_three_clouds_by_price_and_resumes_from_s3(
 ) -> None:
     c = clouds
     zones_aws = [f"{REGION}{z}" for z in "abcdef"]
-    # Leg 1 prices: AWS cheapest (us-east-1a, then 1b), GCP 0.2352, Azure 0.204246.
+    # Leg 1 prices: AWS cheapest (us-east-1a, then 1b), GCP 0.2626, Azure 0.204246.
     c.set_aws({z: 0.10 + 0.01 * i for i, z in enumerate(zones_aws)})
     cfg = tmp_path / "spotwise.toml"
     cfg.write_text(config_text(tmp_path, c))
@@ -622,10 +624,16 @@ def test_deploy_config_documents_every_key_of_the_three_cloud_sections() -> None
     sections = tomllib.loads(uncommented)["providers"]
     for name, model in (("aws", AwsSettings), ("gcp", GcpSettings), ("azure", AzureSettings)):
         assert set(sections[name]) == set(model.model_fields), name
-    # Uncommented, they are a valid config next to the file's active sections.
-    cfg = parse_config(active + "\n" + uncommented, str(path))
+    # Uncommented, they are a valid config next to the file's active sections, once the
+    # local market (a simulator, refused beside real clouds without an opt-in) is gone.
+    from scheduler.core.errors import UserError
+
+    with pytest.raises(UserError, match="beside_clouds = true"):
+        parse_config(active + "\n" + uncommented, str(path))
+    production = re.sub(r"\[providers\.local\]\n(?:[^\n\[]+\n)*", "", active)
+    cfg = parse_config(production + "\n" + uncommented, str(path))
     assert cfg.providers.aws and cfg.providers.gcp and cfg.providers.azure
-    assert cfg.providers.gcp.project == "my-project"
+    assert cfg.providers.gcp.project == "my-project" and cfg.providers.local is None
 
 
 def test_readme_three_cloud_config_parses() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from scheduler.lab.replay import scenarios
+from scheduler.lab.replay import bench_settings, scenarios
 from scheduler.lab.replay.split import ZONES_2023, Split
 from scheduler.lab.replay.trace import gang_trace
 
@@ -18,7 +18,7 @@ def _losses(avail: np.ndarray) -> int:
 
 
 def test_a_gang_pays_n_times_and_is_interrupted_about_n_times_as_often():
-    base = scenarios.v100_2023().select(("us-west-2a", "us-east-1a", "us-east-1f"))
+    base = bench_settings.v100_2023().select(("us-west-2a", "us-east-1a", "us-east-1f"))
     g4 = gang_trace(base, 4, seed=1)
     assert g4.on_demand_price == pytest.approx(4 * base.on_demand_price)
     assert np.allclose(g4.spot_price, 4 * base.spot_price)
@@ -29,8 +29,8 @@ def test_a_gang_pays_n_times_and_is_interrupted_about_n_times_as_often():
 
 @pytest.mark.slow
 def test_the_deadline_bench_has_a_gang_setting():
-    setting = scenarios.gang(quick=True)
-    assert any(s.key == "gang" for s in scenarios.settings(quick=True))
+    setting = bench_settings.gang(quick=True)
+    assert any(s.key == "gang" for s in bench_settings.settings(quick=True))
     result = scenarios.run_setting(setting)
     assert result.runs > 0 and "spotwise" in result.stats
     # A 4-node gang on all on-demand costs 4 x a node's.
@@ -42,10 +42,10 @@ def test_the_split_settings_windows_lie_in_their_split_s_half_and_zones(split):
     """Gangs and price spikes are tuned on TRAIN and reported on TEST: every window lies in
     the split's half of 2023 and every pool is one of its zones (the gang setting's windows
     used to span both halves while its label said the second)."""
-    full = scenarios.v100_2023()
+    full = bench_settings.v100_2023()
     half = full.n_ticks // 2
     lo, hi = (0, half) if split is Split.TRAIN else (half, full.n_ticks)
-    for setting in scenarios.split_settings(split):
+    for setting in bench_settings.split_settings(split):
         assert setting.windows.startswith(split.value)
         for case in setting.cases:
             assert set(case.trace.zones) <= set(ZONES_2023[split])

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.lab.replay.scenarios import (
-    Case,
-    CaseResult,
-    PublishedCheck,
-    Setting,
-    adrs_multi,
-    collect,
-    skynomad_3zone,
-)
+from scheduler.lab.replay.bench_settings import adrs_multi, skynomad_3zone
+from scheduler.lab.replay.scenarios import Case, CaseResult, PublishedCheck, Setting, collect
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,7 +10,7 @@ import pytest
 
 import scheduler.core.policy.spotwise as spotwise
 from scheduler.core.policy import ON_DEMAND, WAIT, get_policy
-from scheduler.lab.replay import scenarios
+from scheduler.lab.replay import bench_settings, scenarios
 from scheduler.lab.replay.sim import simulate
 from scheduler.lab.replay.split import Split
 from tests.support.replay import obs
@@ -61,7 +61,7 @@ def _mean_cost(setting: scenarios.Setting) -> tuple[float, int]:
 @pytest.mark.slow
 def test_tight_pacing_costs_less_on_the_train_split(monkeypatch) -> None:
     """The cell it was tuned on (train split, 0.1 h overhead, 1.05x): cheaper, no misses."""
-    (cell,) = [s for s in scenarios.sweep(Split.TRAIN) if s.key == "sweep o=0.1 slack=1.05"]
+    (cell,) = [s for s in bench_settings.sweep(Split.TRAIN) if s.key == "sweep o=0.1 slack=1.05"]
     tight, tight_misses = _mean_cost(cell)
     monkeypatch.setattr(spotwise, "TIGHT_LO", -2.0)
     monkeypatch.setattr(spotwise, "TIGHT_HI", -1.0)

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from scheduler.lab.replay.bench_settings import sweep
 from scheduler.lab.replay.data import derive
 from scheduler.lab.replay.datasets import (
     CBL_ON_DEMAND,
@@ -18,7 +19,6 @@ from scheduler.lab.replay.datasets import (
     cbl_2022_later,
     v100_2023,
 )
-from scheduler.lab.replay.scenarios import sweep
 from scheduler.lab.replay.split import Split, describe, periods
 from scheduler.lab.replay.trace import (
     Convention,

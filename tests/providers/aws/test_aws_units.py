@@ -33,6 +33,7 @@ from providers.base import (
     EndReason,
     FatalError,
     LaunchRejected,
+    NotPermitted,
     QuotaExceeded,
     Throttled,
     TransientError,
@@ -199,7 +200,7 @@ def test_boot_script_records_the_exit_in_the_checkpoint_store(tmp_path):
                                     "SPOTWISE_CHECKPOINT_URI": "s3://bkt/ckpt/job 1/"})  # fmt: skip
     assert "aws s3 cp --only-show-errors - 's3://bkt/ckpt/job 1/exits/2.json'" in s3
     with pytest.raises(LaunchRejected, match="scheme"):
-        build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "gs://b/p"})
+        build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "ftp://b/p"})
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
@@ -232,7 +233,8 @@ def test_end_reasons_and_times():
     assert end_reason("Server.SpotInstanceTermination") is EndReason.INTERRUPTED
     assert end_reason("Client.UserInitiatedShutdown") is EndReason.TERMINATED
     assert end_reason("Client.InstanceInitiatedShutdown") is EndReason.EXITED
-    assert end_reason("Server.InternalError") is EndReason.UNKNOWN
+    assert end_reason("Server.InternalError") is EndReason.LAUNCH_FAILED
+    assert end_reason("Server.NewCodeNobodyKnows") is EndReason.UNKNOWN
     assert end_reason(None) is EndReason.UNKNOWN
     when = datetime(2026, 11, 29, 15, 2, tzinfo=UTC)
     assert transition_time("User initiated (2026-11-29 15:02:00 GMT)") == when
@@ -262,7 +264,7 @@ def test_translate():
     assert type(translate(_client_error("RequestLimitExceeded", 503), what="x")) is Throttled
     assert type(translate(_client_error("Anything", 429), what="x")) is Throttled
     assert type(translate(_client_error("InternalError", 500), what="x")) is TransientError
-    assert type(translate(_client_error("UnauthorizedOperation", 403), what="x")) is FatalError
+    assert type(translate(_client_error("UnauthorizedOperation", 403), what="x")) is NotPermitted
     bad = _client_error("InvalidParameterValue")
     assert type(translate(bad, what="x", request=True)) is LaunchRejected
     assert type(translate(bad, what="x")) is FatalError  # not a job's request: our bug

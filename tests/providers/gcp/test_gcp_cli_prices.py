@@ -52,11 +52,12 @@ def test_prices_cli_lists_live_gcp_offerings(fake: FakeGcp, tmp_path: Path) -> N
     spot = {
         (r["instance_type"], r["zone"]): r["price_per_hour"] for r in rows if r["market"] == "spot"
     }
+    disk = 200 * 0.10 / 730  # the boot disk (providers/gcp/fixtures/skus.json)
     assert spot[("n1-standard-4+1xnvidia-tesla-t4", "us-central1-a")] == pytest.approx(
-        0.1654 + 4 * 0.0116 + 15 * 0.00156, abs=1e-4
+        0.1654 + 4 * 0.0116 + 15 * 0.00156 + disk, abs=1e-4
     )
     assert spot[("g2-standard-4", "us-central1-b")] == pytest.approx(
-        0.2343 + 4 * 0.0105 + 16 * 0.00123, abs=1e-4
+        0.2343 + 4 * 0.0105 + 16 * 0.00123 + disk, abs=1e-4
     )
     assert {r["gpu_model"] for r in rows} == {"T4", "V100", "L4"}
     assert fake.requests("GET", r"/skus$")  # live, from the adapter, not a snapshot

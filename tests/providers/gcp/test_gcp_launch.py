@@ -82,10 +82,14 @@ def test_spot_insert_has_the_right_wire_fields(provider: GcpProvider, fake: Fake
     assert labels[TAG_JOB] == "job-1" == provider.capabilities.label("Job-1")
     assert labels[TAG_ATTEMPT] == "job-1_a1" == provider.capabilities.label("Job-1.A1")
     assert labels[TAG_OWNER] == "tests"
-    (item,) = body["metadata"]["items"]
-    assert item["key"] == "startup-script"
-    assert "argv=( python train.py --lr 0.1 )" in item["value"]
-    assert "export SPOTWISE_CLOUD=gcp" in item["value"]
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    script = items["startup-script"]
+    assert "argv=( python train.py --lr 0.1 )" in script
+    assert "export SPOTWISE_CLOUD=gcp" in script
+    # A GPU VM: the Deep Learning VM installs its driver only when asked (SkyPilot's
+    # gcp-ray.yml.j2 sets the same key), and the job waits for nvidia-smi.
+    assert items["install-nvidia-driver"] == "True"
+    assert "spotwise_wait_gpu" in script
 
 
 def test_on_demand_has_no_spot_scheduling(provider: GcpProvider, fake: FakeGcp) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from providers.base import Market
 from providers.gcp import GcpProvider
-from providers.gcp.fake import FakeGcp, sku
+from providers.gcp.fake import FakeGcp
+from providers.gcp.fake_catalog import sku
 from providers.gcp.price_sheet import accelerator_key, gpu_key_from_tokens, parse_shape, parse_sku
 from tests.support.gcp_harness import settings
 
@@ -19,26 +20,37 @@ def _by(offers):
     return {(o.zone, o.instance_type, o.market): o for o in offers}
 
 
+# The boot disk every offering includes: 200 GiB (disk_size_gb) of pd-balanced at $0.100 per
+# GiB-month (fixtures/skus.json), and the bundled local SSD at $0.080 (spot $0.064).
+DISK = 200 * 0.10 / 730
+SSD, SSD_SPOT = 0.08 / 730, 0.064 / 730
+
+
 def test_offerings_compose_gpu_core_and_ram_skus(provider: GcpProvider, fake: FakeGcp) -> None:
     got = _by(provider.offerings())
     t4 = got[("us-central1-a", "n1-standard-8+1xnvidia-tesla-t4", Market.SPOT)]
-    # 1 x T4 spot + 8 x N1 spot core + 30 GiB x N1 spot ram
-    assert t4.price_per_hour == pytest.approx(0.1654 + 8 * 0.0116 + 30 * 0.00156)
+    # 1 x T4 spot + 8 x N1 spot core + 30 GiB x N1 spot ram + the boot disk
+    assert t4.price_per_hour == pytest.approx(0.1654 + 8 * 0.0116 + 30 * 0.00156 + DISK)
     assert (t4.gpu_model, t4.gpu_count, t4.gpu_memory_gb, t4.vcpus, t4.memory_gb) == (
         "T4", 1, 16.0, 8, 30.0,
     )  # fmt: skip
     od = got[("us-central1-a", "n1-standard-8+1xnvidia-tesla-t4", Market.ON_DEMAND)]
-    assert od.price_per_hour == pytest.approx(0.35 + 8 * 0.031611 + 30 * 0.004237)
+    assert od.price_per_hour == pytest.approx(0.35 + 8 * 0.031611 + 30 * 0.004237 + DISK)
     a2 = got[("us-central1-a", "a2-highgpu-1g", Market.ON_DEMAND)]
-    assert a2.price_per_hour == pytest.approx(2.93391 + 12 * 0.031611 + 85 * 0.004237)
+    assert a2.price_per_hour == pytest.approx(2.93391 + 12 * 0.031611 + 85 * 0.004237 + DISK)
     assert (a2.gpu_model, a2.gpu_memory_gb) == ("A100", 40.0)
     ultra = got[("us-central1-a", "a2-ultragpu-1g", Market.SPOT)]
-    assert ultra.price_per_hour == pytest.approx(1.564 + 12 * 0.0158 + 170 * 0.00212)
+    # a2-ultragpu-1g bundles one 375 GiB local SSD, billed on its own SKU.
+    assert ultra.price_per_hour == pytest.approx(
+        1.564 + 12 * 0.0158 + 170 * 0.00212 + 375 * SSD_SPOT + DISK
+    )
     assert (ultra.gpu_model, ultra.gpu_memory_gb) == ("A100", 80.0)  # the 80GB SKU, not 40GB
     g2 = got[("us-central1-b", "g2-standard-4", Market.SPOT)]
-    assert g2.price_per_hour == pytest.approx(0.2343 + 4 * 0.0105 + 16 * 0.00123)
+    assert g2.price_per_hour == pytest.approx(0.2343 + 4 * 0.0105 + 16 * 0.00123 + DISK)
     a3 = got[("us-central1-a", "a3-highgpu-8g", Market.ON_DEMAND)]
-    assert a3.price_per_hour == pytest.approx(8 * 4.20076 + 208 * 0.029563 + 1872 * 0.00176867)
+    assert a3.price_per_hour == pytest.approx(
+        8 * 4.20076 + 208 * 0.029563 + 1872 * 0.00176867 + 6000 * SSD + DISK
+    )
     assert (a3.gpu_model, a3.gpu_count) == ("H100", 8)
     # Only configured regions; no e2 (not a GPU family); every shape both markets.
     assert {o.region for o in got.values()} == {"us-central1"}

@@ -163,7 +163,7 @@ def test_daemon_places_recovers_moves_on_cancels_and_collects_leaks(
         ("us-east-1c", None),
     ]
     kinds = [e["kind"] for e in detail["events"]]
-    assert "attempt_interrupted" in kinds and "launch_failed" in kinds
+    assert "attempt_interrupted" in kinds and "attempt_launch_failed" in kinds
     events = json.loads(cli(cfg, "events", "-o", "json"))["events"]
     unavailable = [e["message"] for e in events if e["kind"] == "pool_unavailable"]
     assert any(

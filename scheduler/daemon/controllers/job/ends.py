@@ -124,7 +124,10 @@ class AttemptEnds:
             )
             job.not_before = now + timedelta(seconds=delay)
         s.add(job)
-        emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
+        # One event per failure: a launch failure's reason is the attempt's own detail,
+        # which the attempt's end event has already written in these very words.
+        if not (last.detail and t.reason == last.detail):
+            emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
         if job.state.terminal:
             self._forget(job.id)
 

@@ -25,6 +25,7 @@ from providers.base import (
     Instance,
     InstanceState,
     LaunchRejected,
+    SetupError,
 )
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
@@ -131,6 +132,13 @@ class LaunchRecords:
         if isinstance(error, LaunchRejected):
             self.fail_in(s, attempt_id, AttemptEnd.REJECTED, why, now)
             return LaunchOutcome(attempt_id, launched=False)
+        if isinstance(error, SetupError):
+            # A missing permission or a refused setting: every pool would answer the same,
+            # so none is marked out of capacity; the job waits (backed off) for the fix.
+            self.fail_in(
+                s, attempt_id, AttemptEnd.LAUNCH_FAILED, f"launch refused: {why}", now, "error"
+            )
+            return LaunchOutcome(attempt_id, launched=False)
         if isinstance(error, FatalError):
             mark_unavailable(s, a.pool, why, now, cfg.unavailable_ttl)
             self.fail_in(
@@ -233,7 +241,8 @@ class LaunchRecords:
                 else f"launch failed: {why}"
             )
             pool = cause.pool if isinstance(cause, CapacityUnavailable) else None
-            mark_unavailable(s, pool or a.pool, why, now, cfg.unavailable_ttl)
+            if not isinstance(cause, SetupError):  # a permission or setting: no pool's fault
+                mark_unavailable(s, pool or a.pool, why, now, cfg.unavailable_ttl)
         if err.found:
             record_nodes(s, a, err.found, now)
             started = [i.launched_at for i in up if i.launched_at is not None]
