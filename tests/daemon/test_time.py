@@ -139,9 +139,10 @@ def test_keys_that_move_the_daemons_clock_need_a_restart(tmp_path):
         "providers.local.trace_start"
     ]
     aws = '[providers.aws]\nregions = ["us-east-1"]\n'
-    beside = restart_only_changes(old, parse_config(base + "speedup = 60\n" + aws))
-    assert beside == ["providers.aws"]
-    assert restart_only_changes(parse_config(base + aws), old) == ["providers.aws"]
+    # A cloud beside the market is allowed only where the config says so (beside_clouds).
+    with_aws = parse_config(base + "speedup = 60\nbeside_clouds = true\n" + aws)
+    assert restart_only_changes(old, with_aws) == ["providers.aws"]
+    assert restart_only_changes(with_aws, old) == ["providers.aws"]
     # Without the local market, a cloud may come and go on a reload.
     only_aws = parse_config(f'[daemon]\nstate_dir = "{tmp_path}"\n' + aws)
     gcp = '[providers.gcp]\nproject = "p"\n'

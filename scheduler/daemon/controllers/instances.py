@@ -10,10 +10,10 @@ the common checkpoint on the step every rank agreed on), and the attempt ends wh
 has, classified from all of them (lifecycle.classify_gang). A gang not whole within the
 launch timeout is stopped and its pool marked.
 
-One file, unlike the job and launch controllers: it is one phase (the clouds' listing, then
-what it says written back), and its single-instance and gang paths share the store reads
-made before the transaction, the wait for an unreadable store and the billing to an end;
-kept apart, code that has to change together would sit in two files.
+One file, over 600 lines, unlike the job and launch controllers: it is one phase (the
+clouds' listing, then what it says written back), and its single-instance and gang paths
+share the store reads made before the transaction, the wait for an unreadable store and the
+billing to an end; kept apart, code that has to change together would sit in two files.
 """
 
 from __future__ import annotations
