@@ -92,3 +92,31 @@ def test_only_resources_proven_ours_are_collected(make_world):
     assert "j-notours00000" in said[unknown] and "unknown to this database" in said[unknown]
     (done,) = w.events("leak_terminated")
     assert leaked in done.message and done.job_id == jid
+
+
+def test_a_leak_of_ours_is_billed_to_the_attempt_its_tags_name_and_its_budgets(make_world):
+    """A second instance under a job's attempt (a launch that landed after the attempt was
+    settled) is terminated after leak_grace and what it ran is billed to that attempt, so
+    the job's cost and its budgets count it, not only the instance the attempt recorded."""
+    w = make_world(leak_grace="2m", budgets=[{"name": "all", "limit_usd": 100.0}])
+    jid = w.submit(gpus="V100:1")
+    w.tick()
+    (a,) = w.attempts(jid)
+    o = w.provider.offerings()[0]
+    tags = w.provider.instances[a.instance_id].tags
+    (extra,) = w.provider.launch(LaunchRequest("landed-late", o, ["x"], {}, tags))
+    launched = w.clock.now()
+    w.tick(n=2)
+    w.tick(200, n=2)
+    assert w.provider.instances[extra.id].end_reason is EndReason.TERMINATED
+    (done,) = w.events("leak_terminated")
+    assert f"to {a.id}" in done.message and "billed $" in done.message
+    ran_h = (w.provider.instances[extra.id].ended_at - launched).total_seconds() / 3600
+    own_h = (w.clock.now() - w.attempts(jid)[0].started_at).total_seconds() / 3600
+    w.rec.accrue()
+    cost = w.attempts(jid)[0].cost_usd
+    assert abs(cost - 0.9 * (own_h + ran_h)) < 0.01, (cost, own_h, ran_h)
+    assert w.job(jid).cost_usd == cost
+    with w.rec.db.read() as s:
+        (budget,) = w.rec.spend.statuses(s, w.clock.now())
+    assert abs(budget.spent - cost) < 1e-6
