@@ -488,6 +488,7 @@ class Daemon:
         systemd.notify("STOPPING=1")
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
+        self._stop.set()  # the loop may have ended without it (the database gone)
         self.reconciler.budget_stops.wake()  # it sees _stop and returns
         self._scheduler.shutdown(wait=True)
         budget_stops.join(timeout=self.config.daemon.call_timeout.total_seconds() + 5)
