@@ -47,16 +47,21 @@ def window_end(window: Window, now: datetime) -> datetime | None:
 @dataclass(frozen=True, slots=True)
 class BudgetRule:
     name: str
-    scope: str  # "global" | "team:NAME" | "job:NAME"
+    scope: str  # "global" | "team:NAME" | "job:NAME" | "user:NAME" (who submitted)
     limit_usd: float
     window: Window = Window.MONTH
     hard: bool = True
 
-    def applies_to(self, job_name: str, team: str) -> bool:
+    def applies_to(self, job_name: str, team: str, user: str = "") -> bool:
+        """Whether a job (its name, team and who submitted it) is in this budget's scope."""
         if self.scope == "global":
             return True
         kind, _, value = self.scope.partition(":")
-        return (kind == "team" and value == team) or (kind == "job" and value == job_name)
+        return (
+            (kind == "team" and value == team)
+            or (kind == "job" and value == job_name)
+            or (kind == "user" and bool(user) and value == user)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ def max_affordable_price(
     team: str,
     hold_hours: float,
     count_burn: bool = True,
+    user: str = "",
 ) -> tuple[float | None, str]:
     """Highest $/h a new attempt may cost so every hard budget covering it survives `hold_hours`.
 
@@ -127,7 +133,7 @@ def max_affordable_price(
     best: float | None = None
     name = ""
     for st in statuses:
-        if not st.rule.hard or not st.rule.applies_to(job_name, team):
+        if not st.rule.hard or not st.rule.applies_to(job_name, team, user):
             continue
         burn = st.burn_per_hour if count_burn else 0.0
         room = st.rule.limit_usd - st.spent - burn * hold_hours
