@@ -50,10 +50,15 @@ BUDGET_COLUMNS = (
 @commands.command()
 def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     """Each budget the daemon enforces: limit, window, spent, projected, state."""
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output != "json")
-    rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
+    api = target()
+    if api is not None:
+        rows = with_times(api.get("/budgets")["budgets"])
+    else:
+        cfg, engine = open_engine(config, warn=output != "json")
+        rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
     if output == "json":
         print_json(read_models.document(budgets=rows))
         return
@@ -113,12 +118,20 @@ def cost(
     output: OutputOpt = Format.table,
 ) -> None:
     """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output != "json")
-    now = screen_clock(cfg).daemon_now()
-    start, end = parse_since(since, now), parse_since(until, now)
-    rows = read_models.cost_rows(engine, by.value, start, end)
+    api = target()
+    if api is not None:
+        parse_since(since, datetime.now(UTC)), parse_since(until, datetime.now(UTC))
+        query = {"by": by.value, "since": since or "", **({"until": until} if until else {})}
+        got = with_times(api.get("/cost", query))
+        start, end, rows = got["since"], got["until"], got["costs"]
+    else:
+        cfg, engine = open_engine(config, warn=output != "json")
+        now = screen_clock(cfg).daemon_now()
+        start, end = parse_since(since, now), parse_since(until, now)
+        rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
     if output == "json":
         print_json(
@@ -162,6 +175,16 @@ def report(
     output: OutputOpt = Format.table,
 ) -> None:
     """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        from scheduler.cli.remote_report import print_remote_report
+
+        print_remote_report(
+            api, by.value, since, until, html is not None, output == "json", _print_report
+        )
+        return
     from scheduler.daemon.wiring import build_providers
     from scheduler.state import read_models
     from scheduler.state import report as rep
