@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from providers.masking import mask
 from scheduler.core.errors import UserError
 from scheduler.server.auth import COOKIE, ApiError, FailureLimiter, bearer, check, client_address
-from scheduler.state.accounts import Principal
+from scheduler.state.accounts import Principal, mask_tokens
 
 if TYPE_CHECKING:
     from scheduler.server.context import ServerContext
@@ -63,7 +62,7 @@ def json_response(doc: dict[str, Any], status: int = 200, headers: dict[str, str
 def error_doc(message: str) -> dict[str, Any]:
     from scheduler.state.read_models import document
 
-    return document(error=mask(message))
+    return document(error=mask_tokens(message))
 
 
 def user_error(e: UserError) -> ApiError:

@@ -20,6 +20,7 @@ import re
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
@@ -29,7 +30,10 @@ from scheduler.core.errors import UserError
 from scheduler.core.jobspec import normalise_team
 from scheduler.state.audit import emit
 from scheduler.state.models import ApiToken, ApiUser
-from scheduler.state.read_connection import Database, reading
+from scheduler.state.read_connection import reading
+
+if TYPE_CHECKING:
+    from scheduler.state.read_connection import Database
 
 ROLES = ("admin", "member", "viewer")
 PREFIX = "swt_"
@@ -39,18 +43,19 @@ _TOKEN = re.compile(rf"{PREFIX}([{_ID_ALPHABET}]{{{_ID_LENGTH}}})_([A-Za-z0-9_-]
 _NAME = re.compile(r"[a-z0-9][a-z0-9._@-]{0,62}")
 
 # Every message and log line a person may read masks a token's secret (the id stays).
-masking.register(
-    "spotwise-api",
-    [
-        masking.rule(
-            "spotwise-api-token",
-            rf"\b({PREFIX}[{_ID_ALPHABET}]{{{_ID_LENGTH}}}_)[A-Za-z0-9_-]{{8,}}",
-            r"\1" + masking.MASK,
-            "GET /api/v1/jobs/swt_0123456789_abcdefghijABCDEFGHIJabcdefghijABCDEFGHIJabc",
-            "abcdefghijABCDEFGHIJabcdefghijABCDEFGHIJabc",
-        )
-    ],
+TOKEN_RULE = masking.rule(
+    "spotwise-api-token",
+    rf"\b({PREFIX}[{_ID_ALPHABET}]{{{_ID_LENGTH}}}_)[A-Za-z0-9_-]{{4,}}",
+    r"\1" + masking.MASK,
+    "GET /api/v1/jobs/swt_0123456789_abcdefghijABCDEFGHIJabcdefghijABCDEFGHIJabc",
+    "abcdefghijABCDEFGHIJabcdefghijABCDEFGHIJabc",
 )
+masking.register("spotwise-api", [TOKEN_RULE])
+
+
+def mask_tokens(text: str) -> str:
+    """`text` with the secret of any API token in it masked (and nothing else changed)."""
+    return TOKEN_RULE.pattern.sub(TOKEN_RULE.replacement, text)
 
 
 class AuthError(Exception):
