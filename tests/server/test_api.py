@@ -59,14 +59,14 @@ def test_status_is_the_document_the_cli_prints(api) -> None:
 
 
 def test_pages_and_filters_as_status_has_them(api) -> None:
-    world, server, tokens = api
+    _world, server, tokens = api
     first = server.get("/api/v1/jobs?limit=2", tokens["admin"])
     ids = [j["id"] for j in first.json()["jobs"]]
     assert len(ids) == 2 and first.headers["x-total-count"] == "5"
     link = first.headers["link"]
     assert link.startswith("</api/v1/jobs?") and link.endswith('>; rel="next"')
     second = server.get(link[1 : link.index(">")], tokens["admin"])
-    assert [j["id"] for j in second.json()["jobs"]][0] not in ids
+    assert next(j["id"] for j in second.json()["jobs"]) not in ids
     held = server.get("/api/v1/jobs?state=held,failed&team=research", tokens["admin"]).json()
     assert sorted(j["state"] for j in held["jobs"]) == ["FAILED", "HELD"]
     bad = server.get("/api/v1/jobs?state=sleeping", tokens["admin"])
@@ -173,7 +173,7 @@ def test_the_server_listens_on_loopback_unless_told(tmp_path: Path) -> None:
     from scheduler.server.app import serve
 
     assert Config().server.listen == "127.0.0.1:8765"
-    with pytest.raises(UserError, match="refusing to serve tokens in clear text on 0.0.0.0"):
+    with pytest.raises(UserError, match=r"refusing to serve tokens in clear text on 0\.0\.0\.0"):
         serve(None, "0.0.0.0:8765")  # type: ignore[arg-type]
     r = spotwise("server", "--listen", "nonsense", "-c", str(tmp_path / "none.toml"))
     assert r.returncode == 2 and r.stderr.startswith("error:")
