@@ -56,7 +56,7 @@ def test_wrong_expired_and_revoked_tokens_are_refused(engine) -> None:
     row, token = create_token(engine, "bob", NOW, "root", timedelta(hours=1))
     wrong = token[:-1] + ("A" if token[-1] != "A" else "B")
     for bad in (wrong, "swt_nope", "", "Bearer " + token, token + "x"):
-        with pytest.raises(AuthError, match="^invalid token$"):
+        with pytest.raises(AuthError, match=r"^invalid token$"):
             authenticate(engine, bad, NOW)
     with pytest.raises(AuthError, match="expired at"):
         authenticate(engine, token, NOW + timedelta(hours=1))
