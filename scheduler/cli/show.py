@@ -137,9 +137,7 @@ def events(
         parse_since(since, screen.daemon_now())  # the same message for a bad --since
 
         def read(after: int | None = None, n: int = limit) -> list[dict[str, Any]]:
-            return api.events(
-                job=job, limit=n, since=since, kind=kinds, user=user, after_id=after
-            )
+            return api.events(job=job, limit=n, since=since, kind=kinds, user=user, after_id=after)
     else:
         cfg, db = open_reads(config)
         screen = screen_clock(cfg)

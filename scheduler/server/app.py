@@ -130,18 +130,30 @@ class _BodyLimit:
         if too_large:
             await _refuse(send, 413, f"the request body is over {MAX_BODY // 1024} KiB")
             return
+        # Read the body here, up to the limit, before the application sees any of it: one
+        # that outgrows the limit is refused without being read whole.
+        if scope.get("method") in ("GET", "HEAD", "DELETE", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
         seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > MAX_BODY:
-                    raise ApiError(413, f"the request body is over {MAX_BODY // 1024} KiB")
-            return message
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > MAX_BODY:
+                await _refuse(send, 413, f"the request body is over {MAX_BODY // 1024} KiB")
+                return
+            if not message.get("more_body"):
+                break
+        replay = iter(messages)
 
-        await self.app(scope, limited, send)
+        async def replayed() -> Message:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, replayed, send)
 
 
 async def _refuse(send: Send, status: int, message: str) -> None:
