@@ -26,6 +26,7 @@ from scheduler.cli.common import (
     print_err,
     print_json,
     screen_clock,
+    stamp,
     terminal_width,
     when,
 )
@@ -43,6 +44,7 @@ BUDGET_COLUMNS = (
     Col("SPENT", right=True),
     Col("BURN/H", 2, right=True),
     Col("PROJECTED", 1, right=True),
+    Col("LIMIT AT", 3),
     Col("STATE"),
 )
 
@@ -74,6 +76,7 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
             "SPENT": money(r["spent_usd"]),
             "BURN/H": money(r["burn_per_hour"]),
             "PROJECTED": money(r["projected_usd"]),
+            "LIMIT AT": stamp(r["forecast_at"]) if r.get("forecast_at") else "-",
             "STATE": r["state"],
         }
         for r in rows
@@ -81,7 +84,10 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     width = terminal_width()
     for line in lines(layout(BUDGET_COLUMNS, cells, width), cells):
         sys.stdout.write(line + "\n")
-    print_err("PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)")
+    print_err(
+        "PROJECTED: spend at the window's end if BURN/H goes on (none for a total window); "
+        "LIMIT AT: when the limit is reached at that rate, if within the window"
+    )
 
 
 def parse_since(text: str | None, now: datetime) -> datetime | None:

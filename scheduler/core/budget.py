@@ -150,3 +150,25 @@ def must_stop(st: BudgetStatus, hold_hours: float) -> bool:
 
 def soft_exceeded(st: BudgetStatus) -> bool:
     return not st.rule.hard and st.spent > st.rule.limit_usd
+
+
+def limit_reached_at(
+    spent: float, burn_per_hour: float, limit: float, now: datetime, end: datetime | None
+) -> datetime | None:
+    """When a budget's spend reaches its limit if `burn_per_hour` goes on: None when it
+    does not within the window (it ends at `end`; None: a total window, no end), or when
+    nothing burns. A budget already at its limit reached it `now`."""
+    if spent >= limit:
+        return now
+    if burn_per_hour <= 0:
+        return None
+    at = now + timedelta(hours=(limit - spent) / burn_per_hour)
+    return at if end is None or at < end else None
+
+
+def thresholds_crossed(spent: float, limit: float, percents: Iterable[float]) -> list[float]:
+    """The alert thresholds (percents of the limit) that `spent` has reached."""
+    if limit <= 0:
+        return []
+    share = 100.0 * spent / limit
+    return sorted(p for p in percents if share >= p - 1e-9)

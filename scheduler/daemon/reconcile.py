@@ -20,6 +20,7 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.states import AttemptState
+from scheduler.daemon.alerts import AlertController
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
 from scheduler.daemon.controllers.instances import InstanceController
@@ -82,6 +83,7 @@ class Reconciler:
         )
         self.stops = StopController(self.db, clock, clouds, cfg)
         self.leaks = LeakController(self.db, clock, clouds, cfg)
+        self.alerts = AlertController(self.db, clock, cfg)
 
     @staticmethod
     def _make_planner(config: Config) -> DeadlinePlanner:
@@ -135,6 +137,7 @@ class Reconciler:
 
     def accrue(self) -> None:
         self.spend.accrue()
+        self._guarded("alerts", self.alerts.check)  # budget alerts, from what was published
 
     def reconcile(self) -> None:
         """One level-triggered pass."""

@@ -693,10 +693,11 @@ def local_pools(db: Database, job_ids: list[str]) -> dict[str, set[str]]:
 def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
     """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
     the spend at the end of the current window (`projected_to`) if today's burn goes on; a
-    "total" budget has no end, so it has no projection."""
+    "total" budget has no end, so it has no projection. `forecast_at`: when the limit is
+    reached at that burn, if within the window."""
     from sqlmodel import Session, select
 
-    from scheduler.core.budget import window_end
+    from scheduler.core.budget import limit_reached_at, window_end
     from scheduler.state.models import BudgetSpend
 
     with Session(engine) as s:
@@ -720,6 +721,8 @@ def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str,
                 "burn_per_hour": round(burn, 6),
                 "projected_usd": round(used + burn * left_h, 6) if end else None,
                 "projected_to": end,
+                # When the limit is reached if this burn goes on (None: not in this window).
+                "forecast_at": limit_reached_at(used, burn, b.limit_usd, now, end),
                 "state": row.state if row else "ok",
                 "updated_at": row.updated_at if row else None,
             }
