@@ -96,7 +96,7 @@ class _Hook(BaseHTTPRequestHandler):
     delay = 0.0
     bodies: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         time.sleep(type(self).delay)
         type(self).bodies.append(body)
@@ -150,6 +150,7 @@ def test_the_webhook_is_retried_until_it_takes_the_alert(make_world, hook, caplo
     assert "SECRET" not in caplog.text and "HTTP 500" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_webhook_that_never_answers_never_holds_up_a_pass(make_world, hook) -> None:
     handler, url = hook
     handler.delay = 3.0
