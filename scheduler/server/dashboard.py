@@ -11,6 +11,7 @@ page elsewhere that makes a browser load one learns nothing and does nothing.
 from __future__ import annotations
 
 import html
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import parse_qs, urlencode
@@ -149,16 +150,21 @@ async def login(request: Request) -> Response:
     """Check the token (rate-limited like every authentication), then keep it in a cookie
     and go on to the jobs with a same-site navigation (a meta refresh)."""
     raw = (await request.body())[:8192].decode(errors="replace")
-    token = (parse_qs(raw).get("token") or [""])[0].strip()
+    form = parse_qs(raw)
+    token = (form.get("token") or [""])[0].strip()
+    # Where to go next: one of these pages only (never another site).
+    after = (form.get("next") or [""])[0]
+    if not re.fullmatch(r"/ui/[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)?", after) or ".." in after:
+        after = "/ui/jobs"
     ctx = context(request)
     try:
         p = check(ctx, limiter(request), address(request), token or None)
     except ApiError as e:
         return login_page(str(e), e.status)
     secure = request.url.scheme == "https" or ctx.own.server.tls_cert is not None
-    body = '<p>Signed in. <a href="/ui/jobs">Jobs</a></p>'
+    body = f'<p>Signed in. <a href="{_e(after)}">Continue</a></p>'
     page = _page("Signed in", body, p, refresh=False).replace(
-        "<title>", '<meta http-equiv="refresh" content="0;url=/ui/jobs"><title>', 1
+        "<title>", f'<meta http-equiv="refresh" content="0;url={_e(after)}"><title>', 1
     )
     response = _html(page)
     response.set_cookie(
