@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -71,7 +71,7 @@ def user_list(config: ConfigOpt = None, output: OutputOpt = Format.table) -> Non
     for t in tokens(engine):
         if t.revoked_at is None and (t.expires_at is None or t.expires_at > now):
             live[t.user_name] = live.get(t.user_name, 0) + 1
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "name": u.name,
             "role": u.role,
@@ -86,7 +86,7 @@ def user_list(config: ConfigOpt = None, output: OutputOpt = Format.table) -> Non
     if output == "json":
         print_json(document(users=rows))
         return
-    cells = [
+    cells: list[dict[str, str]] = [
         {
             "NAME": r["name"],
             "ROLE": r["role"] + (" (removed)" if r["disabled_at"] else ""),
@@ -157,7 +157,7 @@ def token_list(
 
     _cfg, engine = open_engine(config)
     now = _now()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": f"swt_{t.id}",
             "user": t.user_name,
@@ -177,7 +177,7 @@ def token_list(
     if output == "json":
         print_json(document(tokens=rows))
         return
-    cells = [
+    cells: list[dict[str, str]] = [
         {
             "ID": r["id"],
             "USER": r["user"],

@@ -137,7 +137,10 @@ class Reconciler:
 
     def accrue(self) -> None:
         self.spend.accrue()
-        self._guarded("alerts", self.alerts.check)  # budget alerts, from what was published
+        self._guarded("alerts", self._alert)  # from what the accrual just published
+
+    def _alert(self) -> None:
+        self.alerts.check()
 
     def reconcile(self) -> None:
         """One level-triggered pass."""
