@@ -1,8 +1,8 @@
 """accounts and alerts: API users and their tokens (only hashes), the budget alerts already
 raised, and the webhook outbox
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0009
+Revises: 0007
 Create Date: 2026-12-14 09:00:00.000000
 
 The API server authenticates people by tokens and scopes them by team and role; the daemon
@@ -18,8 +18,8 @@ from alembic import op
 
 import scheduler.state.models
 
-revision = "0007"
-down_revision = "0006"
+revision = "0009"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
