@@ -228,6 +228,8 @@ def serve(
     for path in (tls_cert, tls_key):
         if path is not None and not path.is_file():
             raise UserError(f"{path}: no such file (a PEM certificate or key)")
+    if tls_cert is not None and tls_key is not None:
+        _check_tls(tls_cert, tls_key)
     if not is_loopback(host) and tls_cert is None and not insecure:
         raise UserError(
             f"refusing to serve tokens in clear text on {host}: give --tls-cert and --tls-key, "
@@ -254,9 +256,19 @@ def serve(
         server.run()
     except OSError as e:
         raise UserError(f"cannot listen on {listen}: {e.strerror or e}") from None
-    except Exception as e:  # TLS files that are not a certificate and key
-        import ssl
 
-        if isinstance(e, ssl.SSLError):
-            raise UserError(f"the TLS certificate or key cannot be used: {e}") from None
-        raise
+
+def _check_tls(cert: Path, key: Path) -> None:
+    """Load the certificate and key as the server will, before it says it listens: a file
+    that is not one, or a key of another certificate, is one line naming both files."""
+    import ssl
+
+    from scheduler.core.errors import UserError
+
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as e:
+        reason = getattr(e, "reason", None) or e.strerror or str(e)
+        raise UserError(
+            f"the TLS certificate or key cannot be used ({cert}, {key}): {reason}"
+        ) from None

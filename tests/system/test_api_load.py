@@ -15,6 +15,6 @@ def test_a_hundred_clients_submit_and_read_and_no_job_is_lost(tmp_path: Path) ->
     assert doc["jobs_submitted"] >= 100 and doc["jobs_lost"] == []
     assert doc["daemon_alive"]
     assert set(doc["kinds"]) == {"submit", "status", "show"}
-    assert doc["per_second"] > 10, doc
+    assert doc["per_second"] > 10, doc  # loose: a loaded 2-core machine still serves
     figures = doc["all"]
-    assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"] <= figures["max_ms"]  # loose: a loaded 2-core machine still serves
+    assert 0 < figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"] <= figures["max_ms"]
