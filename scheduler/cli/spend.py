@@ -58,9 +58,11 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     api = target()
     if api is not None:
         rows = with_times(api.get("/budgets")["budgets"])
+        screen = api.screen() if output != "json" else None
     else:
         cfg, engine = open_engine(config, warn=output != "json")
-        rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
+        screen = screen_clock(cfg)
+        rows = read_models.budget_rows(engine, cfg, screen.daemon_now())
     if output == "json":
         print_json(read_models.document(budgets=rows))
         return
@@ -76,7 +78,8 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
             "SPENT": money(r["spent_usd"]),
             "BURN/H": money(r["burn_per_hour"]),
             "PROJECTED": money(r["projected_usd"]),
-            "LIMIT AT": stamp(r["forecast_at"]) if r.get("forecast_at") else "-",
+            # The daemon's clock runs ahead on a sped-up local market: said in wall time.
+            "LIMIT AT": stamp(screen.wall(r["forecast_at"]) if screen else r["forecast_at"]),
             "STATE": r["state"],
         }
         for r in rows

@@ -391,6 +391,7 @@ def budgets_page(request: Request, p: Reader) -> Response:
     from scheduler.server.spend import budget_doc
 
     rows = budget_doc(request, p)["budgets"]
+    screen = _Screen(context(request).clock())
     trs = []
     for b in rows:
         limit = b["limit_usd"] or 1.0
@@ -401,7 +402,7 @@ def budgets_page(request: Request, p: Reader) -> Response:
         bar = (
             f'<div class="bar"><i class="{cls}" style="width:{min(pct, 100):.1f}%"></i>{mark}</div>'
         )
-        forecast = b.get("forecast_at")
+        forecast = _time(b.get("forecast_at"), screen)  # the wall clock, as the CLI says it
         trs.append(
             f"<tr><td>{_e(b['name'])}</td><td>{_e(b['scope'])}</td>"
             f"<td class=num>{_money(b['spent_usd'])} / {_money(b['limit_usd'])} "
