@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -83,6 +84,31 @@ def test_pages_show_real_data_of_the_readers_teams_only(site) -> None:
     status, login = _page(server, "/ui/jobs", None)
     assert status == 401 and 'name="token"' in login and "train-v100" not in login
     assert _page(server, "/ui/jobs", "spotwise_token=swt_0000000000_" + "x" * 43)[0] == 401
+
+
+def test_filters_the_timeline_and_env_values(site) -> None:
+    from scheduler.core.jobspec import jobspec_from_dict
+    from scheduler.state.desired import submit
+
+    world, server, tokens, tmp = site
+    alice = _cookie(server, tokens["alice"])
+    held = _page(server, "/ui/jobs?team=research&state=held", alice)[1]
+    assert world.ids["held"] in held and world.ids["failed"] not in held
+    assert world.ids["done"] not in held and "<option selected>HELD</option>" in held
+    # Asking for another team's jobs by the filter shows none of them.
+    assert "no jobs" in _page(server, "/ui/jobs?team=vision", alice)[1]
+    # Where the failed attempt ran and why it ended, on its timeline.
+    status, crashed = _page(server, f"/ui/jobs/{world.ids['failed']}", alice)
+    assert status == 200 and "ended-bad" in crashed and "failed (exit 1)" in crashed
+    # Env values: to the job's team; an admin of no team sees the names only.
+    spec = jobspec_from_dict(
+        {"name": "with-env", "team": "vision", "command": ["train"], "env": {"KEY": "v-77"}}
+    )
+    job = submit(world.engine, spec, datetime.now(UTC), (tmp / "ck2").as_uri(), "bob")
+    admin = _cookie(server, token_for(world.engine, "root", "admin"))
+    assert "KEY=v-77" in _page(server, f"/ui/jobs/{job.id}", _cookie(server, tokens["bob"]))[1]
+    seen = _page(server, f"/ui/jobs/{job.id}", admin)[1]
+    assert "v-77" not in seen and "KEY (values shown to team vision)" in seen
 
 
 def _chromium() -> str | None:
