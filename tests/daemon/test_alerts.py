@@ -150,6 +150,26 @@ def test_the_webhook_is_retried_until_it_takes_the_alert(make_world, hook, caplo
     assert "SECRET" not in caplog.text and "HTTP 500" in caplog.text
 
 
+def test_a_webhook_that_keeps_failing_is_given_up_after_its_retries(make_world, hook, caplog):
+    handler, url = hook
+    handler.fail_first = 1000
+    w = make_world()
+    w.clock.now = lambda: DEC13  # type: ignore[method-assign]
+    _with_webhook(w, url, webhook_retries=2)
+    _publish(w, "research", "team:research", spent=260.0, burn=0.0)
+    assert w.rec.alerts.check() == 1
+    sender = WebhookSender(w.rec.db, lambda: w.rec.config)
+    now = datetime.now(UTC)
+    assert sender.deliver_due(now) == 0
+    assert sender.deliver_due(now + timedelta(minutes=1)) == 0
+    assert sender.deliver_due(now + timedelta(hours=1)) == 0  # given up: not tried again
+    assert len(handler.bodies) == 2
+    with Session(w.rec.engine) as s:
+        (row,) = s.exec(select(WebhookDelivery)).all()
+    assert row.tries == 2 and row.gave_up_at is not None and row.delivered_at is None
+    assert "gave up on alert" in caplog.text and "SECRET" not in caplog.text
+
+
 @pytest.mark.slow
 def test_a_webhook_that_never_answers_never_holds_up_a_pass(make_world, hook) -> None:
     handler, url = hook
