@@ -28,11 +28,23 @@ gpus = "T4:1"
 env = {{ WANDB_API_KEY = "k-123" }}
 """
 
+BUDGETS = "".join(
+    f'\n[[budgets]]\nname = "{name}"\nscope = "{scope}"\nlimit_usd = 1000\n'
+    for name, scope in (
+        ("all", "global"),
+        ("research", "team:research"),
+        ("vision", "team:vision"),
+        ("bob-own", "user:bob"),
+        ("alice-own", "user:alice"),
+    )
+)
+
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("api")
     world = make_ops_world(tmp)
+    world.config.write_text(world.config.read_text() + BUDGETS)
     tokens = {
         "admin": token_for(world.engine, "root-admin", "admin"),
         "alice": token_for(world.engine, "alice", "member", ("research",)),
@@ -156,15 +168,23 @@ def test_requeue_and_release_by_the_teams_member(api) -> None:
     assert actors == {"requeued": "alice", "released": "alice"}
 
 
-def test_budgets_cost_and_events_are_scoped(api) -> None:
-    _world, server, tokens = api
+def test_budgets_cost_report_and_events_are_scoped(api) -> None:
+    world, server, tokens = api
     events = server.get("/api/v1/events?limit=500", tokens["bob"]).json()["events"]
     jobs = {j["id"] for j in server.get("/api/v1/jobs", tokens["bob"]).json()["jobs"]}
     assert all(e["job_id"] is None or e["job_id"] in jobs for e in events)
     cost = server.get("/api/v1/cost?by=team&since=", tokens["bob"]).json()
     assert {r["team"] for r in cost["costs"]} <= {"vision"}
     assert server.get("/api/v1/cost?by=planet", tokens["bob"]).status == 422
-    assert server.get("/api/v1/budgets", tokens["bob"]).json()["version"] == 2
+    budgets = server.get("/api/v1/budgets", tokens["bob"]).json()
+    assert budgets["version"] == 2
+    assert {b["name"] for b in budgets["budgets"]} == {"all", "vision", "bob-own"}
+    every = server.get("/api/v1/budgets", tokens["admin"]).json()["budgets"]
+    assert len(every) == 5
+    research = [world.ids[k] for k in ("held", "failed", "done")] + ["crashes"]
+    report = server.get("/api/v1/report?by=job&since=30d", tokens["bob"]).text
+    assert not any(x in report for x in research), report
+    assert "crashes" in server.get("/api/v1/report?by=job&since=30d", tokens["alice"]).text
 
 
 def test_the_server_listens_on_loopback_unless_told(tmp_path: Path) -> None:
