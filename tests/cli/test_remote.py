@@ -11,11 +11,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlmodel import Session
+from sqlmodel import Session, col, select
 
 from scheduler.state.files import load_config
 from scheduler.state.lease import DaemonRecord
-from scheduler.state.models import Job
+from scheduler.state.models import Event, Job
 from scheduler.state.read_models import local_instance_dir
 from tests.support.api_server import running_server, token_for
 from tests.support.cli_run import spotwise
@@ -114,6 +114,24 @@ def test_submit_cancel_and_requeue_through_the_server(both, tmp_path: Path) -> N
     job.write_text('name = "x"\nteam = "research"\ncommand = ["true"]\n')
     r = spotwise("submit", str(job), **remote)
     assert r.returncode == 2 and "'research' is not one of carol's teams" in r.stderr
+    # release and requeue: refused to carol (another team's jobs), done for research's member.
+    held, failed = world.ids["held"], world.ids["failed"]
+    r = spotwise("release", held, **remote)
+    assert r.returncode == 2 and r.stderr.startswith(f"error: no job {held!r}")
+    research = {
+        **remote,
+        "SPOTWISE_TOKEN": token_for(world.engine, "rita", "member", ("research",)),
+    }
+    r = spotwise("release", held, **research)
+    assert r.returncode == 0 and r.stdout == f"{held} released: PENDING\n", r.stderr
+    r = spotwise("requeue", "crashes", **research)
+    assert r.returncode == 0 and r.stdout == f"{failed} requeued: PENDING\n", r.stderr
+    with Session(world.engine) as s:
+        said = {
+            (e.job_id, e.kind): e.actor
+            for e in s.exec(select(Event).where(col(Event.kind).in_(("released", "requeued"))))
+        }
+    assert said == {(held, "released"): "rita", (failed, "requeued"): "rita"}
 
 
 def test_login_keeps_the_token_for_its_owner_only(both, tmp_path: Path) -> None:
