@@ -43,6 +43,7 @@ from scheduler.daemon import systemd
 from scheduler.daemon.controllers.base import pass_bound as controllers_pass_bound
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import Reconciler
+from scheduler.daemon.webhook import WebhookSender
 from scheduler.daemon.wiring import build_providers, clock_for, observe_only
 from scheduler.state.db import is_postgres, open_db, sqlite_path
 from scheduler.state.files import find_config, load_config
@@ -454,6 +455,9 @@ class Daemon:
             daemon=True,
         )
         budget_stops.start()
+        # Budget alerts to the webhook, from their own thread (never in a pass).
+        webhooks = WebhookSender(self.reconciler.db, lambda: self.config)
+        webhooks.start()
         systemd.notify("READY=1")
         log.info(
             "spotwise daemon running (providers: %s)",
@@ -490,6 +494,7 @@ class Daemon:
         self.reconciler.placing = False
         self._stop.set()  # the loop may have ended without it (the database gone)
         self.reconciler.budget_stops.wake()  # it sees _stop and returns
+        webhooks.stop()
         self._scheduler.shutdown(wait=True)
         budget_stops.join(timeout=self.config.daemon.call_timeout.total_seconds() + 5)
         if not self._lost.is_set() and self._gone is None:

@@ -12,7 +12,7 @@ a retention; attempts are kept).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from sqlmodel import Session, col, func, select
@@ -22,21 +22,29 @@ from scheduler.state.models import Attempt, BudgetSpend, Job, SpendBucket
 
 
 class Ledger:
-    """What one transaction added to the spend buckets (refunds negative), by job name,
+    """What one transaction added to the spend buckets (refunds negative), by job, its name,
     team and hour: what the budgets' running totals must add in the same transaction."""
 
     def __init__(self) -> None:
-        self.added: dict[tuple[str, str, datetime], float] = {}
+        self.added: dict[tuple[str, str, str, datetime], float] = {}
 
-    def add(self, job_name: str, team: str, hour: datetime, usd: float) -> None:
-        key = (job_name, team, hour)
+    def add(self, job_id: str, job_name: str, team: str, hour: datetime, usd: float) -> None:
+        key = (job_id, job_name, team, hour)
         self.added[key] = self.added.get(key, 0.0) + usd
 
-    def total_for(self, rule: budgets.BudgetRule, since: datetime | None) -> float:
+    def job_ids(self) -> set[str]:
+        return {job_id for job_id, _, _, _ in self.added}
+
+    def total_for(
+        self, rule: budgets.BudgetRule, since: datetime | None, users: Mapping[str, str]
+    ) -> float:
+        """What this transaction added in `rule`'s scope since `since`; `users` is who
+        submitted each job (job id -> Unix user), for `user:NAME` scopes."""
         return sum(
             usd
-            for (name, team, hour), usd in self.added.items()
-            if rule.applies_to(name, team) and (since is None or hour >= since)
+            for (job_id, name, team, hour), usd in self.added.items()
+            if rule.applies_to(name, team, users.get(job_id, ""))
+            and (since is None or hour >= since)
         )
 
 
@@ -56,12 +64,16 @@ def rebuilt(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
             q = q.where(Job.team == value)
         elif kind == "job":
             q = q.where(Job.name == value)
+        elif kind == "user":
+            q = q.where(Job.submitted_by == value)
         return float(s.exec(q).one())
     b = select(func.coalesce(func.sum(SpendBucket.usd), 0.0)).where(col(SpendBucket.hour) >= start)
     if kind == "team":
         b = b.where(SpendBucket.team == value)
     elif kind == "job":
         b = b.where(SpendBucket.job_name == value)
+    elif kind == "user":  # the jobs this user submitted (the bucket names the job)
+        b = b.where(col(SpendBucket.job_id).in_(select(Job.id).where(Job.submitted_by == value)))
     return float(s.exec(b).one())
 
 
@@ -80,6 +92,16 @@ def accrued(
 def apply(s: Session, rules: Iterable[budgets.BudgetRule], ledger: Ledger, now: datetime) -> None:
     """Add what this transaction billed to each budget's running total (rebuilding a total
     that covers another window or rule), in the same transaction as the buckets."""
+    rules = list(rules)
+    users: dict[str, str] = {}
+    if ledger.added and any(r.scope.startswith("user:") for r in rules):
+        ids = sorted(ledger.job_ids())
+        users = {
+            job_id: user or ""
+            for job_id, user in s.exec(
+                select(Job.id, Job.submitted_by).where(col(Job.id).in_(ids))
+            ).all()
+        }
     for rule in rules:
         key = window_key(rule, now)
         row = s.get(BudgetSpend, rule.name)
@@ -97,7 +119,7 @@ def apply(s: Session, rules: Iterable[budgets.BudgetRule], ledger: Ledger, now: 
             row.accrued_usd, row.accrued_key = rebuilt(s, rule, now), key
         else:
             start = budgets.window_start(rule.window, now)
-            delta = ledger.total_for(rule, start)
+            delta = ledger.total_for(rule, start, users)
             if delta:
                 row.accrued_usd = round(row.accrued_usd + delta, 9)
         s.add(row)

@@ -275,7 +275,7 @@ class SpendController:
         """Add to the attempt's bucket for that hour, and to the transaction's `ledger` (the
         budgets' running totals add it). `buckets` (from `_buckets_since`) saves a query,
         and the autoflush before it, per bucket."""
-        ledger.add(job_name, team, inc.hour, inc.usd)
+        ledger.add(a.job_id, job_name, team, inc.hour, inc.usd)
         if buckets is None:
             row = s.exec(
                 select(SpendBucket).where(
@@ -309,7 +309,7 @@ class SpendController:
             return []
         rows = totals.budget_rows(s)
         live = s.exec(
-            select(Attempt, Job.name, Job.team).where(
+            select(Attempt, Job.name, Job.team, Job.submitted_by).where(
                 Attempt.job_id == Job.id, col(Attempt.state).in_(LIVE)
             )
         ).all()
@@ -318,8 +318,8 @@ class SpendController:
         for rule in rules:
             since = budgets.window_start(rule.window, now)
             pending = burn = 0.0
-            for a, name, team in live:
-                if not rule.applies_to(name, team):
+            for a, name, team, user in live:
+                if not rule.applies_to(name, team, user):
                     continue
                 burn += (a.billed_price or a.price_per_hour) * a.nodes
                 pending += unaccrued_usd(a, now, since, seen.get(a.provider))
@@ -393,7 +393,7 @@ class SpendController:
         ).all()
         rule = st.rule
         for a, job in rows:
-            if not rule.applies_to(job.name, job.team):
+            if not rule.applies_to(job.name, job.team, job.submitted_by):
                 continue
             why = (
                 f"hard budget '{rule.name}' (${rule.limit_usd:.2f}/{rule.window.value}) "
