@@ -163,3 +163,31 @@ def test_a_failing_listing_and_terminate_are_said_once_per_reason(make_world, mo
     monkeypatch.undo()
     w.tick(60, n=2)
     assert w.job(jid).state is JobState.CANCELLED
+
+
+def test_a_user_budgets_running_total_counts_only_that_users_jobs(make_world):
+    """A `user:NAME` budget's running total adds what that user's jobs accrue, and agrees
+    with the buckets of the jobs the user submitted, as it is rebuilt for a new window."""
+    from scheduler.core.jobspec import jobspec_from_dict
+    from scheduler.state.desired import submit
+    from scheduler.state.models import Job
+
+    budgets = [{"name": "alice", "scope": "user:alice", "limit_usd": 1000.0, "window": "day"}]
+    w = make_world(budgets=budgets)
+    for who, name in (("alice", "a"), ("bob", "b")):
+        spec = jobspec_from_dict({"name": name, "command": ["t"], "gpus": "V100:1"})
+        submit(w.rec.engine, spec, w.clock.now(), (w.tmp / name).as_uri(), who)
+    w.tick(n=2)
+    w.tick(600, n=6)
+    with w.rec.db.read() as s:
+        (status,) = w.rec.spend.statuses(s, w.clock.now())
+    with Session(w.rec.engine) as s:
+        mine = select(Job.id).where(Job.submitted_by == "alice")
+        alices = s.exec(
+            select(sa.func.sum(SpendBucket.usd)).where(sa.column("job_id").in_(mine))
+        ).one()
+        everyone = s.exec(select(sa.func.sum(SpendBucket.usd))).one()
+        total = s.get(BudgetSpend, "alice")
+    assert alices > 0 and everyone > 1.9 * alices
+    assert total.accrued_usd == pytest.approx(alices, rel=1e-9)
+    assert status.spent == pytest.approx(alices, rel=1e-6)
