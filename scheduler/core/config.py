@@ -21,6 +21,7 @@ from providers.gcp.settings import GcpSettings
 from providers.local.settings import LocalSettings
 from providers.settings import Duration, Interval, PositiveDuration, StrictModel
 from scheduler.core.budget import BudgetRule, Window
+from scheduler.core.gang_recovery import Recovery
 from scheduler.core.errors import (
     UserError,
     clean,
@@ -190,11 +191,22 @@ class PolicySettings(StrictModel):
         return v
 
 
+class GangSettings(StrictModel):
+    # How a running gang that lost nodes resumes (scheduler/core/gang_recovery.py): "auto"
+    # decides per loss by expected cost and time; "replace" replaces the lost nodes wherever
+    # a pool can take them; "whole" always stops the others and re-places the gang.
+    recovery: Recovery = Recovery.AUTO
+    # The longest the other nodes wait (billed) for a replacement to run; past it the gang
+    # is re-placed whole. A node's expected boot is [policy] restart_overhead.
+    replace_wait: PositiveDuration = timedelta(minutes=10)
+
+
 class Config(StrictModel):
     daemon: DaemonSettings = DaemonSettings()
     providers: ProvidersSettings = ProvidersSettings()
     budgets: list[BudgetSettings] = Field(default_factory=list)
     policy: PolicySettings = PolicySettings()
+    gangs: GangSettings = GangSettings()
 
     @model_validator(mode="after")
     def _checks(self) -> Config:

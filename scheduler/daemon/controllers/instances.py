@@ -50,6 +50,9 @@ from scheduler.daemon.controllers.base import (
     safe_message,
 )
 from scheduler.daemon.controllers.gang import (
+    GangLossHook,
+    classified_rows,
+    current_rows,
     mark_gang_capacity,
     nodes_of,
     observe_node,
@@ -89,8 +92,12 @@ class InstanceController:
         stores: CheckpointStores,
         config: Callable[[], Config],
         bill_to_end: Callable[[Session, datetime, list[str]], None],
+        on_gang_loss: GangLossHook | None = None,
     ) -> None:
         self._config = config
+        # Nodes of a running gang lost or noticed: True when they are being replaced
+        # (GangRecovery.on_loss); otherwise the others are stopped and the gang re-placed.
+        self._on_gang_loss = on_gang_loss
         self.db = db
         self.clock = clock
         self._clouds = clouds
@@ -175,14 +182,14 @@ class InstanceController:
             seen = {i.id: i for i in (r.value or [])} if r is not None else {}
             delay = clouds.providers[a.provider].capabilities.visibility_delay
             since = a.launch_requested_at or a.created_at
-            views: dict[int, Instance] = {}
+            views: dict[str, Instance] = {}  # by node row: a replaced node has two
             for row in nodes.get(a.id, []):
                 inst = seen.get(row.instance_id or "")
                 if inst is None or row.state is AttemptState.ENDED:
                     continue
                 if inst.state is InstanceState.NOT_FOUND and now - since < delay:
                     continue
-                views[row.node] = inst
+                views[row.id] = inst
             self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
 
     def _apply_gang(
@@ -190,13 +197,13 @@ class InstanceController:
         a: Attempt,
         uri: str,
         rows: list[AttemptInstance],
-        views: dict[int, Instance],
+        views: dict[str, Instance],
         now: datetime,
     ) -> None:
         """One gang: its nodes' rows follow the cloud, then the gang follows its nodes."""
         gone = (InstanceState.ENDED, InstanceState.NOT_FOUND)
         all_end = bool(rows) and all(
-            r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
+            r.state is AttemptState.ENDED or (r.id in views and views[r.id].state in gone)
             for r in rows
         )
         done, code = False, None
@@ -217,16 +224,16 @@ class InstanceController:
             mine = s.exec(
                 select(AttemptInstance)
                 .where(AttemptInstance.attempt_id == a.id)
-                .order_by(col(AttemptInstance.node))
+                .order_by(col(AttemptInstance.node), col(AttemptInstance.round))
             ).all()
-            failures: dict[int, FailureKind] = {}
+            failures: dict[str, FailureKind] = {}
             node_ended = False
             for r in mine:
-                inst = views.get(r.node)
+                inst = views.get(r.id)
                 if inst is None:
                     continue
                 if inst.failure is not None:
-                    failures[r.node] = inst.failure.kind
+                    failures[r.id] = inst.failure.kind
                 was = r.state
                 observe_node(r, inst, now)
                 s.add(r)
@@ -245,7 +252,10 @@ class InstanceController:
             started = [r.started_at for r in mine if r.started_at is not None]
             if started and a.started_at is None:
                 a.started_at = a.accrued_until = min(started)
-            noticed = [r for r in mine if r.notice_at is not None]
+            # What the gang is now: a node replaced in a later round is its replacement; the
+            # row it superseded bills until it ends but no longer speaks for the gang.
+            current = current_rows(mine)
+            noticed = [r for r in current if r.notice_at is not None]
             if noticed and a.notice_at is None:
                 first = min(noticed, key=lambda r: r.notice_at)  # type: ignore[arg-type,return-value]
                 a.notice_at = first.notice_at
@@ -269,7 +279,16 @@ class InstanceController:
                 return
             if node_ended:  # one node's end, while its peers run: billed to its end now
                 self._bill_to_end(s, now, [a.id])
-            lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
+            lost = [r for r in current if r.state is AttemptState.ENDED and _lost_node(r)]
+            losses = list({r.id: r for r in noticed + lost}.values())
+            if (
+                losses
+                and a.stop_requested_at is None
+                and self._on_gang_loss is not None
+                and self._on_gang_loss(s, a, list(mine), losses, now)
+            ):
+                # Replacing them (gang_recovery): the others keep running, the gang goes on.
+                noticed, lost = [], []
             if (noticed or lost) and a.stop_requested_at is None:
                 # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
                 request_stop(s, a, PEER_STOP, now)
@@ -324,7 +343,7 @@ class InstanceController:
         s,  # type: ignore[no-untyped-def]
         a: Attempt,
         rows: list[AttemptInstance],
-        failures: dict[int, FailureKind],
+        failures: dict[str, FailureKind],
         done: bool,
         code: int | None,
         now: datetime,
@@ -335,10 +354,10 @@ class InstanceController:
                 r.exit_code if r.exit_code is not None else code,
                 done,
                 None,
-                failures.get(r.node)
+                failures.get(r.id)
                 or (FailureKind.FATAL if r.end_reason == EndReason.LAUNCH_FAILED.value else None),
             )
-            for r in rows
+            for r in classified_rows(rows)
         ]
         end = classify_gang(facts, a.stop_reason)
         a.state = AttemptState.ENDED
@@ -364,7 +383,7 @@ class InstanceController:
             s,
             now,
             f"attempt_{end.value}",
-            f"gang of {len(rows)} on {a.pool} ended: {end.value}",
+            f"gang of {a.nodes} on {a.pool} ended: {end.value}",
             job_id=a.job_id,
             attempt_id=a.id,
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
