@@ -150,6 +150,9 @@ class LaunchFailure:
     kind: FailureKind
     message: str
     pool: str | None = None
+    # A gang launch: how many instances the pool held before the failure (GCE's bulk
+    # operation says so), so gangs larger than that skip the pool for a while.
+    held: int | None = None
 
     def to_error(self) -> ProviderError:
         cls = {
