@@ -127,9 +127,7 @@ def launch(
                 if joined is None:  # replaced, signalled, or nobody came: resume elsewhere
                     return EXIT_PREEMPTED
                 rnd, endpoint = joined
-            code = _torchrun(
-                nproc, trainer_argv, target, nnodes, rnd, endpoint, received, children
-            )
+            code = _torchrun(nproc, trainer_argv, target, nnodes, rnd, endpoint, received, children)
             if rounds is None or received or code == 0:
                 return code
             nxt = rounds.next(rnd, code, lambda: bool(received))

@@ -21,7 +21,6 @@ from providers.gcp.settings import GcpSettings
 from providers.local.settings import LocalSettings
 from providers.settings import Duration, Interval, PositiveDuration, StrictModel
 from scheduler.core.budget import BudgetRule, Window
-from scheduler.core.gang_recovery import Recovery
 from scheduler.core.errors import (
     UserError,
     clean,
@@ -31,6 +30,7 @@ from scheduler.core.errors import (
     parse_toml,
     unusable_values,
 )
+from scheduler.core.gang_recovery import Recovery
 from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
 
 __all__ = ["Config", "key_lines", "mask_database_url", "parse_config"]

@@ -1,8 +1,9 @@
 """The reconcile loop: composes the controllers, one concern each, into the daemon's passes.
 
 Each pass is level-triggered and idempotent: observe the clouds, stop what must stop,
-replace the lost nodes of running gangs, step every job (the next state of a job whose attempt ended, placement, launch intents), launch
-the new intents and adopt the old ones, collect leaks. Every cloud call is preceded by a
+replace the lost nodes of running gangs, step every job (the next state of a job whose
+attempt ended, placement, launch intents), launch the new intents and adopt the old ones,
+collect leaks. Every cloud call is preceded by a
 committed intent, so a crash between any two steps is repaired by the next pass. Budget
 accrual and enforcement run as their own task (`accrue`) and never wait on a cloud call.
 """

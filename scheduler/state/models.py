@@ -151,7 +151,9 @@ class AttemptInstance(SQLModel, table=True):
     own end at the price actually paid."""
 
     __table_args__ = (
-        sa.UniqueConstraint("attempt_id", "node", "round", name="uq_attemptinstance_attempt_node_round"),
+        sa.UniqueConstraint(
+            "attempt_id", "node", "round", name="uq_attemptinstance_attempt_node_round"
+        ),
     )
 
     id: str = Field(primary_key=True)  # "<attempt id>-n<node>", "-r<round>" after round 0

@@ -51,8 +51,11 @@ def test_replacing_one_node_beats_re_placing_four_in_a_calm_pool():
 
 def test_a_hazardous_pool_with_a_safer_one_elsewhere_is_left_whole():
     c = decide(
-        _loss(hazard_per_hour=3.0, replacement=Replacement(POOL, 10.0, 1.0, 3.0),
-              elsewhere=Elsewhere(OTHER, 10.0, 0.05))  # fmt: skip
+        _loss(
+            hazard_per_hour=3.0,
+            replacement=Replacement(POOL, 10.0, 1.0, 3.0),
+            elsewhere=Elsewhere(OTHER, 10.0, 0.05),
+        )
     )
     assert not c.replace
     assert c.reason.startswith("re-placing the gang whole: ~") and OTHER in c.reason
@@ -61,8 +64,11 @@ def test_a_hazardous_pool_with_a_safer_one_elsewhere_is_left_whole():
 
 def test_the_same_hazard_everywhere_keeps_the_gang():
     c = decide(
-        _loss(hazard_per_hour=1.0, replacement=Replacement(POOL, 10.0, 1.0, 1.0),
-              elsewhere=Elsewhere(OTHER, 10.0, 1.0))  # fmt: skip
+        _loss(
+            hazard_per_hour=1.0,
+            replacement=Replacement(POOL, 10.0, 1.0, 1.0),
+            elsewhere=Elsewhere(OTHER, 10.0, 1.0),
+        )
     )
     assert c.replace
 

@@ -15,7 +15,7 @@ from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.models import AttemptInstance, GangRound, PoolState
-from tests.support.fakes import FakeProvider, offering
+from tests.support.fakes import offering
 from trainer import contract, rendezvous
 
 pytestmark = pytest.mark.timeout(120)
@@ -39,7 +39,9 @@ def _rounds(w, attempt_id: str) -> list[GangRound]:
     with Session(w.rec.engine) as s:
         return list(
             s.exec(
-                select(GangRound).where(GangRound.attempt_id == attempt_id).order_by(GangRound.round)
+                select(GangRound)
+                .where(GangRound.attempt_id == attempt_id)
+                .order_by(GangRound.round)
             ).all()
         )
 
@@ -149,7 +151,7 @@ def test_the_waiting_nodes_are_in_the_budgets_burn(make_world):
 
 def test_no_capacity_in_the_pool_moves_the_replacement_to_the_zones_on_demand(make_world):
     w = make_world(gangs=REPLACE)
-    jid, aid = _running_gang(w)
+    _jid, aid = _running_gang(w)
     n1 = _rows(w, aid)[1].instance_id
     w.provider.fail_launch[POOL_A] = CapacityUnavailable("fake: no V100 left", POOL_A)
     w.provider.end(n1, EndReason.INTERRUPTED)
@@ -178,7 +180,9 @@ def test_without_a_pool_for_the_replacement_the_gang_is_re_placed_whole(make_wor
     assert second.pool == "aws/us-east-1b/p3.2xlarge/spot"
     (gr,) = _rounds(w, aid)
     assert gr.state == "abandoned" and "no pool can take node 1" in gr.detail
-    assert [e for e in w.events("gang_replace_abandoned") if "re-placing the gang whole" in e.message]
+    assert [
+        e for e in w.events("gang_replace_abandoned") if "re-placing the gang whole" in e.message
+    ]
     assert not [r for r in _rows(w, aid) if r.round == 1]  # never launched, never billed
 
 
@@ -208,7 +212,7 @@ def test_a_replacement_not_running_within_the_wait_bound_re_places_the_gang(make
 
 def test_a_crash_after_the_replacement_launch_adopts_it_by_its_token(make_world):
     w = make_world(gangs=REPLACE)
-    jid, aid = _running_gang(w)
+    _jid, aid = _running_gang(w)
     w.provider.end(_rows(w, aid)[1].instance_id, EndReason.INTERRUPTED)
     w.clock.advance(5)
     w.rec.instances.observe()  # the decision and the intent, committed
@@ -233,7 +237,7 @@ def test_a_crash_after_the_replacement_launch_adopts_it_by_its_token(make_world)
 
 def test_a_crash_between_the_decision_and_the_launch_launches_once(make_world):
     w = make_world(gangs=REPLACE)
-    jid, aid = _running_gang(w)
+    _jid, aid = _running_gang(w)
 
     def crash(name: str) -> None:
         raise CrashForTest(name)
@@ -281,7 +285,7 @@ def test_auto_keeps_the_gang_where_replacing_is_cheaper_and_leaves_a_hazardous_p
         ps.interruptions, ps.exposure_hours = 400, 20.0
         s.add(ps)
         s.commit()
-    cur = [r for r in _rows(w, aid) if r.node == 0][0]
+    cur = next(r for r in _rows(w, aid) if r.node == 0)
     w.provider.end(cur.instance_id, EndReason.INTERRUPTED)
     w.tick(n=3)
     rounds = _rounds(w, aid)

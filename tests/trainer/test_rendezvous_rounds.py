@@ -141,8 +141,8 @@ def test_a_replacement_joins_its_round_at_node_zeros_endpoint(
     monkeypatch.setenv(rendezvous.ENV_RDZV_ROUND, "1")
     monkeypatch.setenv("SPOTWISE_RDZV_ENDPOINT", "")
     store.write_text(rendezvous.round_name(3), rendezvous.round_doc(3, 1, 2, [1]))
-    store.write_text(rendezvous.arrival_name(3, 1, 0), json.dumps({"node": 0,
-                                                                   "endpoint": "10.1.1.1:29400"}))  # fmt: skip
+    node0 = json.dumps({"node": 0, "endpoint": "10.1.1.1:29400"})
+    store.write_text(rendezvous.arrival_name(3, 1, 0), node0)
     runs = Torchruns(store, [0])
     monkeypatch.setattr(launch_mod, "_torchrun", runs)
     assert launch_mod.launch(2, [], nnodes=2) == 0

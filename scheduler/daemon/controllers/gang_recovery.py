@@ -25,9 +25,10 @@ and instance type, the other market).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 from sqlmodel import Session, col, select
 
@@ -63,6 +64,7 @@ from scheduler.daemon.controllers.base import (
     CatalogHolder,
     Clouds,
     Db,
+    Result,
     hours,
     later,
     launching,
@@ -453,7 +455,7 @@ class GangRecovery:
                 written[gr.id] = None
             except StoreError as e:
                 written[gr.id] = str(e)
-        calls: dict[str, tuple[str, Callable[[Provider], object]]] = {}
+        calls: dict[str, tuple[str, Callable[[Provider], Any]]] = {}
         for item in work:
             gr = item.round
             if item.write_directive and written.get(gr.id) is not None:
@@ -507,7 +509,7 @@ class GangRecovery:
         s: Session,
         item: _Open,
         written: dict[str, str | None],
-        results: dict[str, object],
+        results: Mapping[str, Result[Any]],
         now: datetime,
     ) -> None:
         """What one round's pass came to, written down (re-read: the pass may be late)."""
@@ -538,23 +540,20 @@ class GangRecovery:
                 emit(s, now, "store_unwritable", f"round {gr.round}: {err}", job_id=a.job_id,
                      attempt_id=a.id, level="warning")  # fmt: skip
         s.add(gr)
-        for row_id, (_req, _) in (item.launch or {}).items():
-            r = results.get(row_id)
+        for row_id in item.launch or {}:
+            got = results.get(row_id)
             row = s.get(AttemptInstance, row_id)
-            if r is None or row is None or row.instance_id is not None:
+            if got is None or row is None or row.instance_id is not None:
                 continue
-            error = getattr(r, "error", None)
-            value = getattr(r, "value", None)
-            if error is None and value:
-                self._record(s, a, row, value[0], now)
+            if got.error is None and got.value:
+                self._record(s, a, row, got.value[0], now)
                 continue
-            if error is None:
-                error = ProviderFatal("the provider returned no instance")
+            error = got.error or ProviderFatal("the provider returned no instance")
             if not self._launch_failed(s, a, gr, row, error, now):
                 return  # abandoned
         sup = results.get(f"{gr.id}/superseded")
-        if sup is not None and getattr(sup, "error", None) is not None:
-            emit(s, now, "terminate_failed", safe_message(sup.error), job_id=a.job_id,  # type: ignore[attr-defined]
+        if sup is not None and sup.error is not None:
+            emit(s, now, "terminate_failed", safe_message(sup.error), job_id=a.job_id,
                  attempt_id=a.id, level="warning")  # fmt: skip
         mine = s.exec(
             select(AttemptInstance).where(
@@ -583,7 +582,9 @@ class GangRecovery:
             )
 
     @staticmethod
-    def _record(s: Session, a: Attempt, row: AttemptInstance, inst: Instance, now: datetime) -> None:
+    def _record(
+        s: Session, a: Attempt, row: AttemptInstance, inst: Instance, now: datetime
+    ) -> None:
         row.instance_id, row.instance_scope = inst.id, inst.scope
         row.region = inst.region or row.region
         row.zone = inst.zone or row.zone
@@ -593,8 +594,7 @@ class GangRecovery:
             s,
             now,
             "gang_node_launched",
-            f"node {row.node} of {a.nodes} (round {row.round}): {inst.id} on "
-            f"{row.pool or a.pool}",
+            f"node {row.node} of {a.nodes} (round {row.round}): {inst.id} on {row.pool or a.pool}",
             job_id=a.job_id,
             attempt_id=a.id,
         )
@@ -645,9 +645,7 @@ class GangRecovery:
             return None
         spec = JobSpec.model_validate_json(job.spec_json)
         pools = {p.pool: p for p in s.exec(select(PoolState)).all()}
-        got = self._replacement(
-            s, a, job, spec, self.catalog.catalog, pools, 1, lambda _: 0.0, now
-        )
+        got = self._replacement(s, a, job, spec, self.catalog.catalog, pools, 1, lambda _: 0.0, now)
         return got if got is not None and got.pool != a.pool else None
 
 

@@ -30,6 +30,7 @@ from providers.base import (
     FailureKind,
     Instance,
     InstanceState,
+    LaunchFailure,
     Market,
     ResourceRef,
 )
@@ -226,14 +227,14 @@ class InstanceController:
                 .where(AttemptInstance.attempt_id == a.id)
                 .order_by(col(AttemptInstance.node), col(AttemptInstance.round))
             ).all()
-            failures: dict[str, FailureKind] = {}
+            failures: dict[str, LaunchFailure] = {}
             node_ended = False
             for r in mine:
                 inst = views.get(r.id)
                 if inst is None:
                     continue
                 if inst.failure is not None:
-                    failures[r.id] = inst.failure.kind
+                    failures[r.id] = inst.failure
                 was = r.state
                 observe_node(r, inst, now)
                 s.add(r)
@@ -343,7 +344,7 @@ class InstanceController:
         s,  # type: ignore[no-untyped-def]
         a: Attempt,
         rows: list[AttemptInstance],
-        failures: dict[str, FailureKind],
+        failures: dict[str, LaunchFailure],
         done: bool,
         code: int | None,
         now: datetime,
@@ -354,7 +355,7 @@ class InstanceController:
                 r.exit_code if r.exit_code is not None else code,
                 done,
                 None,
-                failures.get(r.id)
+                (f.kind if (f := failures.get(r.id)) is not None else None)
                 or (FailureKind.FATAL if r.end_reason == EndReason.LAUNCH_FAILED.value else None),
             )
             for r in classified_rows(rows)
@@ -367,6 +368,8 @@ class InstanceController:
         a.end_reason = end
         a.exit_code = code if code is not None else rows[0].exit_code
         s.add(a)
+        if end is AttemptEnd.LAUNCH_FAILED and failures:
+            self._gang_launch_failed(s, a, list(failures.values()), now)
         if a.market == Market.SPOT.value:
             ps = s.get(PoolState, a.pool) or PoolState(pool=a.pool)
             # Learned per node-hour: a gang of N is N nodes' exposure, one interruption.
@@ -388,6 +391,26 @@ class InstanceController:
             attempt_id=a.id,
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
         )
+
+    def _gang_launch_failed(
+        self, s: Session, a: Attempt, failures: list[LaunchFailure], now: datetime
+    ) -> None:
+        """A gang whose launch failed after it returned (GCE's bulk operation, an Azure node's
+        allocation): the pool is marked for gangs larger than what it held, or for everyone
+        when it held none; a permission or setting marks nothing."""
+        f = next((x for x in failures if x.kind in (FailureKind.CAPACITY, FailureKind.QUOTA)),
+                 failures[0])  # fmt: skip
+        a.detail = f.message[:500]
+        s.add(a)
+        if f.kind is FailureKind.SETUP:
+            return
+        ttl = self._config().daemon.unavailable_ttl
+        if f.held is not None and 0 < f.held < a.nodes:
+            what = "before the capacity error"
+            why = gang_shortfall(f.held, a.nodes, a.instance_type, a.zone, what)
+            mark_gang_capacity(s, f.pool or a.pool, f.held, why, now, ttl)
+        else:
+            mark_unavailable(s, f.pool or a.pool, f.message, now, ttl)
 
     def _apply_all(self, items: list[tuple[_Live, Instance]], now: datetime) -> None:
         """Record what the listing showed: store reads first (I/O, outside any transaction),

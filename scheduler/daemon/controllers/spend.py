@@ -181,7 +181,8 @@ class SpendController:
             if end == start:
                 continue
             # A replacement in another pool (the other market) bills at its own price.
-            incs = split_by_hour(start, end, price if r.price_per_hour is None else r.price_per_hour)
+            node_price = price if r.price_per_hour is None else r.price_per_hour
+            incs = split_by_hour(start, end, node_price)
             for inc in incs:
                 self._add_bucket(s, inc, a, job_name, team)
             usd = sum(i.usd for i in incs)

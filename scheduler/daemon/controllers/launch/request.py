@@ -3,8 +3,9 @@
 One request per attempt, with the attempt's deterministic token, the tags every cloud
 stores (`spotwise-job`, `spotwise-attempt`, `spotwise-owner`, the node for a single
 instance), the trainer's contract variables (job, attempt, checkpoint URI, cloud, nodes,
-a gang's rendezvous id and how long its nodes wait for a replacement's round) and the checkpoint store's endpoint. The requests of one launch
-pass share a memo: thousands of jobs are often submitted from one spec, into a few pools.
+a gang's rendezvous id and how long its nodes wait for a replacement's round) and the
+checkpoint store's endpoint. The requests of one launch pass share a memo: thousands of
+jobs are often submitted from one spec, into a few pools.
 """
 
 from __future__ import annotations
