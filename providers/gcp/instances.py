@@ -224,7 +224,7 @@ class Instances:
                 id=name, cloud=CLOUD, region=o.region, zone=o.zone,
                 instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
                 tags=labels, launched_at=self._api.now(),
-                scope=make_scope(o.instance_type, o.market),
+                scope=make_scope(o.instance_type, o.market), node=request.node_of(0),
             )
         ]  # fmt: skip
 
