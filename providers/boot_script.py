@@ -8,7 +8,10 @@ twice (GCE runs startup-scripts on every boot), and its size limit. The command 
 list and every word and value is shell-quoted, so nothing in a job file is ever interpreted by
 a shell. The exit record, `exits/<N>.json` in `trainer.contract`'s layout, is written by
 `python3 -m trainer.outcome` when the image has it, else by the script itself: a temp file
-and a rename for a local path, `aws s3 cp` (retried) for s3://.
+and a rename for a local path, `aws s3 cp` for s3://, and for gs:// and az:// one HTTPS PUT
+with curl under the token the instance's metadata server gives its own identity (a GCE
+service account, an Azure managed identity), each retried. The record names the job
+(`job_id`), so the daemon never takes another job's record for its own.
 
 The job's stdout and stderr go to INSTANCE_LOG on the instance's disk; `spotwise logs` names
 that path (providers/instance_output.py).
@@ -21,9 +24,18 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from providers.base import LaunchRejected
-from trainer.contract import ENV_ATTEMPT, ENV_CHECKPOINT_URI, EXIT_NO_GPU, exit_name, parse_uri
+from trainer.contract import (
+    ENV_ATTEMPT,
+    ENV_AZURE_ACCOUNT,
+    ENV_CHECKPOINT_URI,
+    ENV_JOB_ID,
+    EXIT_NO_GPU,
+    exit_name,
+    parse_uri,
+)
 
 # Where the script keeps its own state and the job's output, unless the image's environment
 # sets SPOTWISE_STATE_DIR / SPOTWISE_LOG_DIR.
@@ -74,7 +86,7 @@ fi
 
 # The record, as trainer.contract.exit_doc writes it; rc and the time are filled at run time.
 _DOC = (
-    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"}}\' {attempt} "$rc" '
+    'doc=$(printf \'{{"attempt": %d, "exit_code": %d, "at": "%s"{job}}}\' {attempt} "$rc" '
     '"$(date -u +%Y-%m-%dT%H:%M:%SZ)")'
 )
 
@@ -96,6 +108,34 @@ _RECORD_S3 = """  {doc}
   if [ "$ok" != 1 ]; then
     echo "spotwise: could not write the exit record to" {url} >>"$logdir/{job_log}"
   fi"""
+
+# gs:// and az://: the instance's own identity from its metadata server, then one PUT. The
+# token is read with sed (no jq or python on a bare image). Shapes: GCE's
+# computeMetadata/v1/instance/service-accounts/default/token and Azure IMDS's
+# metadata/identity/oauth2/token both answer {"access_token": "...", ...} (Google's "Storing
+# and retrieving instance metadata" and Microsoft's "How to use managed identities for
+# Azure resources on an Azure VM to acquire an access token").
+_TOKEN = 'sed -n \'s/.*"access_token" *: *"\\([^"]*\\)".*/\\1/p\''
+_RECORD_CURL = """  {doc}
+  ok=0
+  for _ in {attempts}; do
+    tok=$(curl -sf {token_headers} {token_url} | {token_sed})
+    if [ -n "$tok" ] && printf '%s\\n' "$doc" | curl -sf -X {method} \\
+        -H "Authorization: Bearer $tok" {put_headers} --data-binary @- {url} >/dev/null; then
+      ok=1; break
+    fi
+    sleep {delay_s}
+  done
+  if [ "$ok" != 1 ]; then
+    echo "spotwise: could not write the exit record to" {shown} >>"$logdir/{job_log}"
+  fi"""
+_GCE_TOKEN = (
+    "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+)
+_AZURE_TOKEN = (
+    "'http://169.254.169.254/metadata/identity/oauth2/token"
+    "?api-version=2018-02-01&resource=https://storage.azure.com/'"
+)
 
 _NO_RECORD = (
     '  echo "spotwise: no checkpoint URI or attempt; exit code not recorded" >>"$logdir/{job_log}"'
@@ -211,11 +251,42 @@ def record_lines(
     except ValueError as exc:
         raise LaunchRejected(f"{cloud} launch: {exc}") from None
     n = int(attempt)
-    doc = _DOC.format(attempt=n)
+    job = env.get(ENV_JOB_ID, "")
+    # A job id is "j-" and base32; anything else is left out rather than escaped for printf.
+    job_field = f', "job_id": "{job}"' if re.fullmatch(r"[A-Za-z0-9_.-]+", job) else ""
+    doc = _DOC.format(attempt=n, job=job_field)
     if loc.is_local:
         exits = loc.file(exit_name(n)).parent
         return _RECORD_FILE.format(doc=doc, dir=shlex.quote(str(exits)), n=n, job_log=JOB_LOG), True
-    url = f"s3://{loc.bucket}/{loc.key(exit_name(n))}"
     tries = " ".join(str(i) for i in range(1, attempts + 1))
-    return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=tries,
-                             delay_s=retry_delay_s, job_log=JOB_LOG), True  # fmt: skip
+    key = loc.key(exit_name(n))
+    if loc.scheme == "s3":
+        url = f"s3://{loc.bucket}/{key}"
+        return _RECORD_S3.format(doc=doc, url=shlex.quote(url), attempts=tries,
+                                 delay_s=retry_delay_s, job_log=JOB_LOG), True  # fmt: skip
+    if loc.scheme == "gs":
+        put = (
+            f"https://storage.googleapis.com/upload/storage/v1/b/{quote(loc.bucket, safe='')}"
+            f"/o?uploadType=media&name={quote(key, safe='')}"
+        )
+        lines = _RECORD_CURL.format(
+            doc=doc, attempts=tries, delay_s=retry_delay_s, job_log=JOB_LOG,
+            token_headers="-H 'Metadata-Flavor: Google'", token_url=_GCE_TOKEN,
+            token_sed=_TOKEN, method="POST",
+            put_headers="-H 'Content-Type: application/json'", url=shlex.quote(put),
+            shown=shlex.quote(loc.url(exit_name(n))),
+        )  # fmt: skip
+        return lines, True
+    account = loc.account or env.get(ENV_AZURE_ACCOUNT, "")
+    if not account:
+        raise LaunchRejected(
+            f"{cloud} launch: {uri} names no storage account (az://CONTAINER@ACCOUNT/prefix)"
+        )
+    put = f"https://{account}.blob.core.windows.net/{loc.bucket}/{quote(key)}"
+    lines = _RECORD_CURL.format(
+        doc=doc, attempts=tries, delay_s=retry_delay_s, job_log=JOB_LOG,
+        token_headers="-H Metadata:true", token_url=_AZURE_TOKEN, token_sed=_TOKEN,
+        method="PUT", put_headers="-H 'x-ms-blob-type: BlockBlob' -H 'x-ms-version: 2021-08-06'",
+        url=shlex.quote(put), shown=shlex.quote(loc.url(exit_name(n))),
+    )  # fmt: skip
+    return lines, True

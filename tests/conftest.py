@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-# The in-memory world most daemon and state tests stand on (a Reconciler over fake clouds).
-pytest_plugins = ("tests.support.world",)
+# The in-memory world most daemon and state tests stand on (a Reconciler over fake clouds),
+# and the checkpoint stores' emulators (`store_site`: each kind of store in turn).
+pytest_plugins = ("tests.support.world", "tests.support.store_emulators")
 
 
 @pytest.fixture(autouse=True)

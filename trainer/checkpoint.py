@@ -1,8 +1,10 @@
 """DCP checkpoints in ``step-<N>/`` folders with a ``latest`` pointer written last.
 
-Order of a save (sync or async): DCP writes every rank's shard and then, on the coordinator,
-``.metadata`` (fsynced, renamed); for s3 the shards are uploaded, then ``.metadata``; only
-then does rank 0 atomically replace ``latest`` and prune to the newest K. A crash anywhere
+Order of a save (sync or async): the owner fence is checked (a store another job or a newer
+attempt owns is never written: no step deleted, written or uploaded); DCP writes every
+rank's shard and then, on the coordinator, ``.metadata`` (fsynced, renamed); for a remote
+store the shards are uploaded, then ``.metadata``; only then does rank 0 replace ``latest``
+(a conditional write, ``Fence.advance``) and prune to the newest K. A crash anywhere
 before that leaves ``latest`` on the previous checkpoint, so a half-written one is never
 loaded. Async saves stage the state to CPU memory (pinned only with an accelerator) and
 write on a background thread over a dedicated gloo group, so they never interleave with
@@ -198,10 +200,12 @@ class CheckpointManager:
 
     # ------------------------------------------------------------------------ save
     def save(self, step: int, state: dict[str, Any], async_save: bool = False) -> None:
-        """Checkpoint ``state`` as ``step-<step>``; async returns after staging to CPU."""
+        """Checkpoint ``state`` as ``step-<step>``; async returns after staging to CPU.
+        Nothing is written when the fence has tripped (``fence.tripped`` then says so)."""
         self.wait()
         self._started = time.perf_counter()
-        self._prepare(step)
+        if not self._prepare(step):
+            return
         self.last_saved_step = step
         ckpt_dir = str(self.store.local_dir(step))
         if not async_save:
@@ -262,8 +266,22 @@ class CheckpointManager:
         self._staging = None
         self._abandoned = True
 
-    def _prepare(self, step: int) -> None:
-        """Remove a stale (crashed) copy of this step so DCP never mixes old and new files."""
+    def _owned(self) -> bool:
+        """Rank 0 checks the fence; every rank learns the answer (False: fenced)."""
+        fenced = [self.info.rank == 0 and self.fence is not None and self.fence.check()]
+        if self.info.enabled:
+            dist.broadcast_object_list(fenced, src=0, group=self._group)
+        if fenced[0] and self.fence is not None:
+            self.fence.tripped = True  # every rank: the training loop stops on it
+        return not fenced[0]
+
+    def _prepare(self, step: int) -> bool:
+        """Check the fence, then remove a stale (crashed) copy of this step so DCP never
+        mixes old and new files. False, with nothing deleted, when fenced: a stale attempt
+        that is behind must never delete the owner's newest step."""
+        if not self._owned():
+            log.error("not saving step-%d: another owner holds the store", step)
+            return False
         if self.info.rank == 0:
             self.store.delete_step(step)
         if not self.store.is_local and self.info.local_rank == 0:
@@ -274,27 +292,32 @@ class CheckpointManager:
             self.store.local_dir(step).mkdir(parents=True, exist_ok=True)
         if self.info.enabled:
             dist.barrier(group=self._group)
+        return True
 
     def _finalize(self, step: int) -> None:
         """Make the step durable in the store, then move ``latest`` (rank 0), then prune."""
         if not self.store.is_local:
             local = self.store.local_dir(step)
-            if self.info.local_rank == 0:
+            if self.info.local_rank == 0 and not (self.fence and self.fence.check()):
                 shards = [p for p in sorted(local.iterdir()) if p.name != METADATA]
                 self.store.upload(step, shards)
             if self.info.enabled:
                 dist.barrier(group=self._group)
-            if self.info.rank == 0:
+            if self.info.rank == 0 and not (self.fence and self.fence.check()):
                 self.store.upload(step, [local / METADATA])
         if self.info.rank == 0 and self.fence is not None and self.fence.check():
-            return  # a newer attempt owns the store: never move its `latest`
+            return  # another owner holds the store: never move its `latest`
         # Measured before `latest` moves: whoever sees the new `latest` also sees its duration.
         self.last_save_seconds = time.perf_counter() - self._started
         if self.info.rank == 0:
             if self.kill_in_save_at_step == step:
                 log.warning("debug: SIGKILL after writing step-%d, before `latest`", step)
                 os.kill(os.getpid(), signal.SIGKILL)
-            self.store.write_text(LATEST, f"step-{step}\n")
+            text = f"step-{step}\n"
+            if self.fence is None:
+                self.store.write_text(LATEST, text)
+            elif not self.fence.advance(text):
+                return  # the owner moved between the check and the write: it keeps `latest`
             self._prune(step)
         self.last_durable_step = step
         if not self.store.is_local and self.info.local_rank == 0:

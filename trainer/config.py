@@ -115,7 +115,8 @@ class ParallelismConfig:
 @dataclass
 class CheckpointConfig:
     uri: str = ""
-    """Directory, file:// or s3:// URI. Empty: $SPOTWISE_CHECKPOINT_URI, else ./checkpoints."""
+    """Directory, file://, s3://, gs:// or az:// URI. Empty: $SPOTWISE_CHECKPOINT_URI, else
+    ./checkpoints."""
     interval_steps: int = 100
     """Save every N steps (0 disables the step trigger)."""
     interval_seconds: float = 0.0
@@ -128,7 +129,7 @@ class CheckpointConfig:
     """Async only: copy to CPU on a thread during the next forward/backward (the optimizer
     step waits for it), instead of before save() returns."""
     staging_dir: str = ""
-    """Local scratch for s3:// stores (save here, then upload). Empty: a temp dir."""
+    """Local scratch for remote stores (save here, then upload). Empty: a temp dir."""
     progress_interval_seconds: float = 5.0
     """How often progress.json is refreshed between checkpoints."""
     load: bool = True

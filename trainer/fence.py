@@ -1,9 +1,14 @@
-"""The owner fence: an attempt that lost the store to a newer one must stop writing to it.
+"""The owner fence: an attempt that lost the store to another job or a newer attempt must stop
+writing to it.
 
-The daemon records the attempt it launches in ``owner.json`` (``trainer.contract``). Two live
-attempts of one job (a "dead" instance that was only partitioned, say) would otherwise race
-on ``latest``. The trainer checks at start and before every ``latest`` write; once tripped
-it never writes ``latest``, ``progress.json`` or ``DONE`` again and exits ``EXIT_FENCED``.
+The daemon records the job and attempt it launches in ``owner.json`` (``trainer.contract``)
+and then rewrites ``latest`` unchanged, so its version moves. Two live attempts of one job (a
+"dead" instance that was only partitioned, say), or two jobs given one store, would
+otherwise race on ``latest`` and delete each other's steps. The trainer checks the fence at
+start, before it deletes or writes a step, before every ``progress.json`` and ``DONE``
+write, and writes ``latest`` only as a conditional write against the version it last saw
+(``advance``): a stale attempt's write fails even when the owner moved between its check and
+its write. Once tripped it never writes to the store again and exits ``EXIT_FENCED``.
 """
 
 from __future__ import annotations
@@ -14,30 +19,82 @@ from trainer import contract
 from trainer.storage import Store
 
 log = logging.getLogger("trainer.fence")
+# Conditional writes of `latest` retried after a conflict that was not a new owner (the
+# daemon re-claiming for this very attempt after a restart, say).
+ADVANCE_TRIES = 3
 
 
 class Fence:
-    """Reads ``owner.json`` on demand; ``tripped`` sticks once a newer owner was seen."""
+    """Reads ``owner.json`` on demand; ``tripped`` sticks once another owner was seen."""
 
-    def __init__(self, store: Store, attempt: int | None = None) -> None:
+    def __init__(self, store: Store, attempt: int | None = None, job_id: str | None = None) -> None:
         self.store = store
         self.attempt = contract.my_attempt() if attempt is None else attempt
+        self.job_id = contract.my_job() if job_id is None else job_id
         self.owner: int | None = None
+        self.owner_job: str | None = None
         self.tripped = False
+        self._latest_version: str | None = None
+        self._latest_seen = False
+
+    @property
+    def active(self) -> bool:
+        """Under the scheduler (an attempt number): outside it nothing is fenced."""
+        return self.attempt is not None
 
     def check(self) -> bool:
-        """True when a newer attempt owns the store (one read of owner.json, then sticky)."""
-        if self.tripped or self.attempt is None:
+        """True when another job or a newer attempt owns the store (one read, then sticky)."""
+        if self.tripped or not self.active:
             return self.tripped
         text = self.store.read_text(contract.OWNER)
-        if contract.fenced(text, self.attempt):
-            self.tripped, self.owner = True, contract.owner_attempt(text)
+        if contract.fenced(text, self.attempt, self.job_id):
+            self.tripped = True
+            self.owner = contract.owner_attempt(text)
+            self.owner_job = contract.written_by(text)
             log.error(self.message())
+        elif not self._latest_seen:
+            # The first check is at start, before any save: `latest` as this attempt found
+            # it is what its first `advance` is conditional on. Read after owner.json, so a
+            # claim that moved `latest` before this read has already moved the owner too.
+            self.observe_latest()
         return self.tripped
 
+    def observe_latest(self) -> None:
+        """Remember the version of ``latest`` now: this attempt's first ``advance`` is
+        conditional on it (the first ``check`` calls this)."""
+        _, self._latest_version = self.store.read_versioned(contract.LATEST)
+        self._latest_seen = True
+
+    def advance(self, text: str) -> bool:
+        """Write ``latest`` unless fenced: False (and tripped) when another owner took the
+        store. A conditional write, so a claim landing between the check and the write
+        makes the write fail rather than succeed."""
+        if not self.active:
+            self.store.write_text(contract.LATEST, text)
+            return True
+        for _ in range(ADVANCE_TRIES):
+            if self.check():
+                return False
+            version = self.store.write_if(contract.LATEST, text, self._latest_version)
+            if version is not None:
+                self._latest_version = version
+                return True
+            # `latest` moved under us: a new owner's claim (the check above trips) or a
+            # re-claim of this same attempt (read the new version and write again).
+            _, self._latest_version = self.store.read_versioned(contract.LATEST)
+        if self.check():
+            return False
+        raise RuntimeError(
+            f"{self.store.uri}/{contract.LATEST} kept changing under attempt {self.attempt} "
+            f"though owner.json names it; not writing it"
+        )
+
     def message(self) -> str:
+        if self.owner_job and self.job_id and self.owner_job != self.job_id:
+            whom = f"job {self.owner_job}, this is job {self.job_id}"
+        else:
+            whom = f"attempt {self.owner}, this is attempt {self.attempt}"
         return (
-            f"fenced: {self.store.uri}/{contract.OWNER} names attempt {self.owner}, this is "
-            f"attempt {self.attempt}; leaving latest/progress.json/DONE alone, "
-            f"exit {contract.EXIT_FENCED}"
+            f"fenced: {self.store.uri}/{contract.OWNER} names {whom}; leaving "
+            f"latest/progress.json/DONE and the steps alone, exit {contract.EXIT_FENCED}"
         )

@@ -4,8 +4,8 @@
 shell), forwards SIGTERM/SIGINT to it, writes ``exits/<N>.json`` (``contract.exit_doc``)
 and exits with CMD's code; a CMD killed by signal S is recorded (and exits) as 128 + S, as a
 shell reports it. ``python -m trainer.outcome record --uri URI --attempt N --exit-code RC``
-only writes the record. Stdlib plus the trainer's store (boto3 only for s3://): it runs on
-hosts without torch.
+only writes the record. Stdlib plus the trainer's store (boto3 for s3://, gcsfs for gs://,
+adlfs for az://): it runs on hosts without torch.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ PROG = "python -m trainer.outcome"
 
 
 def record(uri: str, attempt: int, exit_code: int) -> None:
-    """Write ``exits/<attempt>.json`` atomically into the store at ``uri``."""
-    open_store(uri).write_text(contract.exit_name(attempt), contract.exit_doc(attempt, exit_code))
+    """Write ``exits/<attempt>.json`` atomically into the store at ``uri``, naming the job
+    ($SPOTWISE_JOB_ID) so the daemon never takes another job's record for its own."""
+    doc = contract.exit_doc(attempt, exit_code, contract.my_job())
+    open_store(uri).write_text(contract.exit_name(attempt), doc)
 
 
 def run_and_record(uri: str, attempt: int, cmd: list[str]) -> int:
@@ -68,7 +70,9 @@ def _parser() -> argparse.ArgumentParser:
         usage=f"{PROG} --uri URI --attempt N -- CMD [ARGS...]\n"
         f"       {PROG} record --uri URI --attempt N --exit-code RC",
     )
-    ap.add_argument("--uri", required=True, help="checkpoint store: path, file:// or s3://")
+    ap.add_argument(
+        "--uri", required=True, help="checkpoint store: path, file://, s3://, gs:// or az://"
+    )
     ap.add_argument("--attempt", type=int, required=True, help="attempt number (1, 2, ...)")
     ap.add_argument("--exit-code", type=int, help="record: the exit code to write")
     return ap
@@ -88,7 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE if e.code else 0
     try:
         contract.parse_uri(ns.uri)
-    except ValueError as e:
+        open_store(ns.uri)  # an az:// store with no account is refused here, before CMD
+    except Exception as e:  # ValueError, StoreUnavailable, a store library missing
         print(f"{PROG}: error: --uri: {e}", file=sys.stderr)
         return EXIT_USAGE
     if only_record:

@@ -15,7 +15,7 @@ DDP and FSDP2 work), any other object with ``state_dict()``/``load_state_dict()`
 scheduler, a GradScaler) and plain values (ints, floats, tensors), restored in place. The
 per-rank RNG (python, numpy, torch, this rank's CUDA device) is saved and restored, so a
 loop whose data depends only on the step resumes bit-exactly. It is the same machinery as
-``python -m trainer``: the store and atomic ``latest`` (local, file:// or s3://),
+``python -m trainer``: the store and atomic ``latest`` (local, s3://, gs:// or az://),
 ``progress.json`` and ``DONE``, the notice watchers of $SPOTWISE_CLOUD plus SIGTERM, the
 owner fence (exit 76) and the notice deadline. On several GPUs, launch the script with
 ``python -m trainer.launch --nproc-per-node N script.py`` (plain torchrun turns 75 into 1).
@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, distributed, rng
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, contract, distributed, rng
 from trainer.checkpoint import (
     PLANS,
     RNG_KEY,
@@ -131,7 +131,7 @@ class Preemptible:
         )
         if self._agree(self.info.rank == 0 and self.fence.check()):
             self._exit(EXIT_FENCED)
-        if self.store.read_text(DONE) is not None:
+        if contract.ours(self.store.read_text(DONE), self.fence.job_id):
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             self._exit(EXIT_OK)
         self.watcher.start()

@@ -1,4 +1,8 @@
-"""The progress contract the scheduler reads: ``progress.json`` and ``DONE`` in the store."""
+"""The progress contract the scheduler reads: ``progress.json`` and ``DONE`` in the store.
+
+Both name the job and attempt that wrote them, and both are written only while this attempt
+owns the store (the fence is read before each write): the daemon ignores files another job
+wrote, and a stale attempt never overwrites the owner's progress."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from trainer.contract import DONE, ENV_ATTEMPT, ENV_JOB_ID, PROGRESS, utc_now
+from trainer.contract import DONE, ENV_ATTEMPT, ENV_JOB_ID, PROGRESS, done_doc, my_attempt, utc_now
 from trainer.fence import Fence
 from trainer.storage import Store
 
@@ -54,6 +58,8 @@ class Progress:
             self.doc.update(fields)
             now = time.monotonic()
             if force or now - self._last_write >= self.interval:
+                if self.fence is not None and self.fence.check():
+                    return  # another owner holds the store: its progress is not ours to write
                 self.doc["updated_at"] = utc_now()
                 self.store.write_text(PROGRESS, json.dumps(self.doc, indent=1) + "\n")
                 self._last_write = now
@@ -66,5 +72,5 @@ class Progress:
         if not self.enabled or (self.fence is not None and self.fence.check()):
             return
         self.update(force=True, state="done")
-        doc = {"step": self.doc["step"], "finished_at": utc_now()}
-        self.store.write_text(DONE, json.dumps(doc) + "\n")
+        job = self.doc.get("job_id")
+        self.store.write_text(DONE, done_doc(int(self.doc["step"]), job, my_attempt()))

@@ -1,18 +1,27 @@
-"""Checkpoint stores: a local directory (plain path or file://) or an s3:// prefix.
+"""Checkpoint stores: a local directory (a path or file://), or an s3://, gs:// or az:// prefix.
 
-The instance's disk vanishes with the instance, so for s3 a checkpoint is saved to a local
-staging directory first, uploaded, and only then does ``latest`` move (written last).
-Small files (``latest``, ``progress.json``, ``DONE``) are replaced atomically: a temp file,
-fsync, rename (locally) or a single PUT (s3, where a PUT is atomic).
+The instance's disk vanishes with the instance, so for a remote store a checkpoint is saved
+to a local staging directory first, uploaded, and only then does ``latest`` move (written
+last). Small files (``latest``, ``progress.json``, ``DONE``) are replaced atomically: a temp
+file, fsync, rename (locally) or a single PUT (an object store, where a PUT is atomic).
+
+``latest`` and ``owner.json`` are also written conditionally (``write_if``): against the
+version the writer last read, so of two writers racing only one succeeds. Each store uses
+its own conditional write: S3 ``If-Match``/``If-None-Match``, GCS generation preconditions,
+Azure ETags, and locally a lock file held while the version is compared and the file
+replaced. The cloud stores themselves are in ``trainer.cloud_stores``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import re
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from pathlib import Path
 
 from trainer import contract
@@ -20,6 +29,12 @@ from trainer import contract
 STEP_RE = re.compile(r"^step-(\d+)$")
 METADATA = ".metadata"
 """DCP's index file, written last by the coordinator: a step dir without it is incomplete."""
+LOCK = ".lock"
+"""A local store's lock file: held while a conditional write compares and replaces."""
+
+
+class StoreUnavailable(Exception):
+    """A store could not be read or written (credentials, network, permissions)."""
 
 
 class Store(ABC):
@@ -38,6 +53,17 @@ class Store(ABC):
     @abstractmethod
     def write_text(self, name: str, text: str) -> None:
         """Atomically create or replace ``<uri>/<name>``."""
+
+    @abstractmethod
+    def read_versioned(self, name: str) -> tuple[str | None, str | None]:
+        """``(text, version)`` of ``<uri>/<name>``; ``(None, None)`` when it is absent. The
+        version may be older than the text, never newer: a ``write_if`` against it then
+        fails and the caller reads again."""
+
+    @abstractmethod
+    def write_if(self, name: str, text: str, version: str | None) -> str | None:
+        """Replace ``<uri>/<name>`` only if its version is still `version` (None: only if
+        it does not exist). Returns the new version, or None when the condition failed."""
 
     @abstractmethod
     def step_dirs(self) -> dict[int, bool]:
@@ -66,6 +92,44 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def atomic_write(target: Path, text: str) -> None:
+    """Write `text` to `target` through a temp file, fsync and rename."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def file_version(path: Path) -> str | None:
+    """A local file's version: inode, change time and size (a rename makes a new inode)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return f"{st.st_ino}:{st.st_mtime_ns}:{st.st_size}"
+
+
+@contextlib.contextmanager
+def locked(root: Path, shared: bool = False) -> Iterator[None]:
+    """Hold the store's lock file (flock: every process on this host, NFS with lockd)."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 class LocalStore(Store):
     """A directory on a (possibly shared) file system."""
 
@@ -85,20 +149,20 @@ class LocalStore(Store):
             return None
 
     def write_text(self, name: str, text: str) -> None:
-        target = self.root / name  # name may hold a folder: exits/<N>.json
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(target.parent)
+        atomic_write(self.root / name, text)  # name may hold a folder: exits/<N>.json
+
+    def read_versioned(self, name: str) -> tuple[str | None, str | None]:
+        with locked(self.root, shared=True):
+            version = file_version(self.root / name)
+            return self.read_text(name), version
+
+    def write_if(self, name: str, text: str, version: str | None) -> str | None:
+        target = self.root / name
+        with locked(self.root):
+            if file_version(target) != version:
+                return None
+            atomic_write(target, text)
+            return file_version(target)
 
     def step_dirs(self) -> dict[int, bool]:
         out: dict[int, bool] = {}
@@ -115,46 +179,62 @@ class LocalStore(Store):
         return self.root / f"step-{step}"
 
 
-class S3Store(Store):
-    """``s3://bucket/prefix``; endpoint from $SPOTWISE_S3_ENDPOINT_URL or $AWS_ENDPOINT_URL."""
+class RemoteStore(Store):
+    """An object-store prefix: steps staged on local disk, small files as single objects.
+
+    Subclasses supply the object primitives; keys are full keys under the bucket."""
 
     def __init__(self, uri: str, staging: Path) -> None:
-        import boto3  # lazy: only s3 users need it
-
-        loc = contract.parse_uri(uri)
-        self.location = loc
+        self.location = contract.parse_uri(uri)
         self.uri = uri.rstrip("/")
-        self.bucket = loc.bucket
-        self.prefix = loc.prefix
         self.staging = staging
-        endpoint = os.environ.get("SPOTWISE_S3_ENDPOINT_URL") or None
-        self.s3 = boto3.client("s3", endpoint_url=endpoint)
 
     def _key(self, name: str) -> str:
         return self.location.key(name)
 
+    # -- the object primitives -----------------------------------------------------------
+    @abstractmethod
+    def get_object(self, key: str) -> tuple[bytes | None, str | None]:
+        """``(data, version)``, ``(None, None)`` when the object does not exist."""
+
+    @abstractmethod
+    def put_object(self, key: str, data: bytes) -> None: ...
+
+    @abstractmethod
+    def put_object_if(self, key: str, data: bytes, version: str | None) -> str | None:
+        """The conditional PUT: the new version, or None when the condition failed."""
+
+    @abstractmethod
+    def list_keys(self, prefix: str) -> list[str]: ...
+
+    @abstractmethod
+    def delete_keys(self, keys: list[str]) -> None: ...
+
+    @abstractmethod
+    def upload_file(self, path: Path, key: str) -> None: ...
+
+    @abstractmethod
+    def download_file(self, key: str, path: Path) -> None: ...
+
+    # -- the store -----------------------------------------------------------------------
     def read_text(self, name: str) -> str | None:
-        try:
-            obj = self.s3.get_object(Bucket=self.bucket, Key=self._key(name))
-        except self.s3.exceptions.NoSuchKey:
-            return None
-        return obj["Body"].read().decode()
+        data, _ = self.get_object(self._key(name))
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def write_text(self, name: str, text: str) -> None:
-        self.s3.put_object(Bucket=self.bucket, Key=self._key(name), Body=text.encode())
+        self.put_object(self._key(name), text.encode())
 
-    def _list(self, prefix: str) -> list[str]:
-        keys: list[str] = []
-        for page in self.s3.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self._key(prefix)
-        ):
-            keys.extend(o["Key"] for o in page.get("Contents", []))
-        return keys
+    def read_versioned(self, name: str) -> tuple[str | None, str | None]:
+        data, version = self.get_object(self._key(name))
+        return (None if data is None else data.decode("utf-8", errors="replace")), version
+
+    def write_if(self, name: str, text: str, version: str | None) -> str | None:
+        return self.put_object_if(self._key(name), text.encode(), version)
 
     def step_dirs(self) -> dict[int, bool]:
         out: dict[int, bool] = {}
         base = len(self._key(""))
-        for key in self._list("step-"):
+        for key in self.list_keys(self._key("step-")):
             folder, _, fname = key[base:].partition("/")
             m = STEP_RE.match(folder)
             if m:
@@ -163,10 +243,7 @@ class S3Store(Store):
         return out
 
     def delete_step(self, step: int) -> None:
-        keys = self._list(f"step-{step}/")
-        for i in range(0, len(keys), 1000):
-            chunk = [{"Key": k} for k in keys[i : i + 1000]]
-            self.s3.delete_objects(Bucket=self.bucket, Delete={"Objects": chunk})
+        self.delete_keys(self.list_keys(self._key(f"step-{step}/")))
         shutil.rmtree(self.local_dir(step), ignore_errors=True)
 
     def local_dir(self, step: int) -> Path:
@@ -174,15 +251,24 @@ class S3Store(Store):
 
     def upload(self, step: int, files: list[Path]) -> None:
         for path in files:
-            self.s3.upload_file(str(path), self.bucket, self._key(f"step-{step}/{path.name}"))
+            self.upload_file(path, self._key(f"step-{step}/{path.name}"))
 
     def download(self, step: int) -> Path:
         target = self.local_dir(step)
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        for key in self._list(f"step-{step}/"):
-            self.s3.download_file(self.bucket, key, str(target / key.rsplit("/", 1)[1]))
+        for key in self.list_keys(self._key(f"step-{step}/")):
+            self.download_file(key, target / key.rsplit("/", 1)[1])
         return target
+
+
+def staging_for(loc: contract.Location, staging_dir: str = "") -> Path:
+    """The local staging directory of a remote store (one per bucket and prefix)."""
+    staging = Path(staging_dir) if staging_dir else Path(tempfile.gettempdir())
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{loc.scheme}/{loc.bucket}/{loc.prefix}")
+    staging = staging / "spotwise-staging" / safe
+    staging.mkdir(parents=True, exist_ok=True)
+    return staging
 
 
 def open_store(uri: str, staging_dir: str = "") -> Store:
@@ -194,8 +280,6 @@ def open_store(uri: str, staging_dir: str = "") -> Store:
     if loc.is_local:
         assert loc.path is not None
         return LocalStore(loc.path)
-    staging = Path(staging_dir) if staging_dir else Path(tempfile.gettempdir())
-    safe = re.sub(r"[^A-Za-z0-9._-]", "_", f"{loc.bucket}/{loc.prefix}")
-    staging = staging / "spotwise-staging" / safe
-    staging.mkdir(parents=True, exist_ok=True)
-    return S3Store(uri, staging)
+    from trainer import cloud_stores  # the cloud SDKs load only for a remote store
+
+    return cloud_stores.open_remote(uri, staging_for(loc, staging_dir))

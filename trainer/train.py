@@ -18,7 +18,7 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, distributed, factories, rng
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, contract, distributed, factories, rng
 from trainer.amp import Precision, bf16_warning
 from trainer.checkpoint import (
     PLANS,
@@ -291,7 +291,7 @@ class Trainer:
         cfg, info = self.cfg, self.info
         if self._fenced():
             return EXIT_FENCED
-        if self.store.read_text(DONE) is not None:
+        if contract.ours(self.store.read_text(DONE), self.fence.job_id):
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             return EXIT_OK
         self.resume()

@@ -51,7 +51,9 @@ class LocalSettings(StrictModel):
     """Times in `grace_period`/`kill_after` are real seconds; the market clock runs `speedup`x."""
 
     state_dir: Path | None = None  # None: $XDG_STATE_HOME/spotwise/local
-    speedup: float = Field(default=60.0, gt=0)  # market seconds per real second
+    # Market seconds per real second: 0.01 (a hundred times slower) to 10,000 (the 45-day
+    # trace in about 6.5 minutes); beyond that the clocks' arithmetic overflows or stalls.
+    speedup: float = Field(default=60.0, ge=0.01, le=10_000)
     trace: str = DEFAULT_TRACE
     trace_start: Annotated[timedelta | datetime, BeforeValidator(_offset_or_time)] = timedelta(0)
     grace_period: Duration = timedelta(seconds=10)  # notice -> SIGTERM
@@ -61,6 +63,16 @@ class LocalSettings(StrictModel):
     # The market is a simulator whose offerings carry real clouds' names: next to a real
     # cloud it is refused unless asked for (tests, demos of placement across both).
     beside_clouds: bool = False
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.expanduser().is_absolute():
+            raise ValueError(
+                f"{str(v)!r} is relative: the daemon and each command would resolve it against "
+                "the folder they were started in; use an absolute path or one starting with ~"
+            )
+        return v
 
     @field_validator("trace")
     @classmethod

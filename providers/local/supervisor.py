@@ -217,7 +217,7 @@ def write_exit_record(env: dict[str, str], work: Path, exit_code: int) -> None:
     path = work / loc.file(contract.exit_name(attempt))  # relative: as the job saw it
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(contract.exit_doc(attempt, exit_code))
+    tmp.write_text(contract.exit_doc(attempt, exit_code, contract.my_job(env)))
     os.replace(tmp, path)
 
 

@@ -20,10 +20,11 @@ def daemon(
     ] = None,
 ) -> None:
     """Run the daemon in the foreground (what systemd starts)."""
-    import signal
+    import scheduler
 
-    # Until the daemon installs its own handlers, a SIGHUP must not end the process.
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Until the daemon installs its own handlers a SIGHUP is remembered, not fatal (the
+    # console script installed this already, before its imports; an in-process call here).
+    scheduler.hold_reloads()
     from scheduler.daemon.logs import configure, resolve_level
     from scheduler.daemon.process import Daemon
     from scheduler.state.files import load_config

@@ -65,7 +65,14 @@ def submit(
     check_team(spec, cfg, source=str(job_file))
     remember_database_urls()
     engine = open_existing(cfg.daemon.resolved_database_url())
-    job = submit_job(engine, spec, now, cfg.daemon.resolved_checkpoint_root(), unix_user())
+    job = submit_job(
+        engine,
+        spec,
+        now,
+        cfg.daemon.resolved_checkpoint_root(),
+        unix_user(),
+        source=str(job_file),
+    )
     warn_if_no_daemon(cfg, engine)
     if output == "json":
         print_json(read_models.document(id=job.id, name=job.name, state=job.state.value))

@@ -12,7 +12,7 @@ import io
 from datetime import datetime
 from typing import Any
 
-from scheduler.state.report import Report, Row
+from scheduler.state.report import Report, Row, store_url
 
 # Distinct, saturated colours (the screenshot test looks for them; the page's text is grey).
 SERIES = ("#1f77b4", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22")
@@ -133,14 +133,28 @@ def _tr(by: str, row: Row, cls: str) -> str:
     return f"<tr{cls}>{lead}" + "".join(f"<td>{_e(n)}</td>" for n in nums) + "</tr>"
 
 
+def _store(uri: str) -> str:
+    """The job's checkpoint store, linked to where a person can look at it."""
+    url = store_url(uri)
+    if not uri:
+        return "-"
+    if url is None:
+        return _e(uri)
+    return f'<a href="{_e(url)}">{_e(uri)}</a>'
+
+
 def _basis(r: Report) -> str:
     rows = "".join(
         f'<tr><td class="l">{_e(c.job_name)}</td><td class="l">{_e(c.job_id)}</td>'
         f'<td class="l">{_e(c.offering.pool if c.offering else "none listed")}</td>'
-        f"<td>{_e(_money(c.offering.price_per_hour) if c.offering else '-')}</td></tr>"
+        f"<td>{_e(_money(c.offering.price_per_hour) if c.offering else '-')}</td>"
+        f'<td class="l">{_store(c.checkpoint_uri)}</td></tr>'
         for c in r.ondemand
     )
-    head = "<tr><th>JOB</th><th>ID</th><th>CHEAPEST ADEQUATE ON-DEMAND</th><th>$/H</th></tr>"
+    head = (
+        "<tr><th>JOB</th><th>ID</th><th>CHEAPEST ADEQUATE ON-DEMAND</th><th>$/H</th>"
+        "<th>CHECKPOINTS</th></tr>"
+    )
     return f"<table><thead>{head}</thead><tbody>{rows}</tbody></table>"
 
 

@@ -11,15 +11,22 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from providers.aws.settings import AwsSettings
 from providers.azure.settings import AzureSettings
 from providers.gcp.settings import GcpSettings
 from providers.local.settings import LocalSettings
-from providers.settings import Duration, Interval, PositiveDuration, StrictModel
+from providers.settings import Duration, PositiveDuration, StrictModel, parse_duration
 from scheduler.core.budget import BudgetRule, Window
 from scheduler.core.errors import (
     UserError,
@@ -32,8 +39,44 @@ from scheduler.core.errors import (
 )
 from scheduler.core.gang_recovery import Recovery
 from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
+from trainer.contract import parse_uri
 
 __all__ = ["Config", "key_lines", "mask_database_url", "parse_config"]
+
+# The daemon's polling intervals (clock time): at least 100 ms (0 would spin), at most a day
+# (a longer one is a daemon that never looks; at the local market's largest speedup a day of
+# market time is still under 9 real seconds).
+INTERVAL_MIN = timedelta(milliseconds=100)
+INTERVAL_MAX = timedelta(days=1)
+# The database URLs the engine can open: SQLite (the default) and PostgreSQL.
+DATABASE_BACKENDS = ("sqlite", "postgresql", "postgres")
+_DATABASE_URL = re.compile(r"^(?P<backend>[A-Za-z][A-Za-z0-9]*)(\+[A-Za-z0-9_]+)?://")
+
+
+def _interval(v: timedelta) -> timedelta:
+    if not INTERVAL_MIN <= v <= INTERVAL_MAX:
+        raise ValueError(
+            f"must be at least {INTERVAL_MIN.total_seconds():g}s and at most 1d, "
+            f"got {v.total_seconds():g}s"
+        )
+    return v
+
+
+Interval = Annotated[timedelta, BeforeValidator(parse_duration), AfterValidator(_interval)]
+
+
+def absolute_path(v: Path | None, key: str) -> Path | None:
+    """A path the daemon and every command resolve alike: absolute, or from `~`."""
+    if v is None:
+        return v
+    expanded = v.expanduser()
+    if not expanded.is_absolute():
+        raise ValueError(
+            f"{str(v)!r} is relative: the daemon and each command would resolve it against "
+            f"the folder they were started in; use an absolute path (such as "
+            f"{str(Path('/var/lib') / v)!r}) or one starting with ~"
+        )
+    return v
 
 
 def default_state_dir() -> Path:
@@ -96,6 +139,31 @@ class DaemonSettings(StrictModel):
     checkpoint_root: str | None = None
     # The teams jobs may name (lowercase); empty: any team. Jobs naming no team are "default".
     teams: list[str] = Field(default_factory=list)
+
+    @field_validator("state_dir")
+    @classmethod
+    def _state_dir(cls, v: Path | None) -> Path | None:
+        return absolute_path(v, "state_dir")
+
+    @field_validator("checkpoint_root")
+    @classmethod
+    def _checkpoint_root(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_uri(v, absolute=True)  # ValueError: one line with the accepted forms
+        return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        m = _DATABASE_URL.match(v.strip())
+        if m is None or m.group("backend").lower() not in DATABASE_BACKENDS:
+            raise ValueError(
+                f"{mask_urls(v)!r} is not a database URL spotwise can open; use "
+                "sqlite:////absolute/path.db or postgresql://user@host/dbname"
+            )
+        return v
 
     def lease_order_problem(self) -> tuple[str, str, str] | None:
         """(shorter key, longer key, message) when the lease timings are out of order."""

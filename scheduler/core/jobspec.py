@@ -27,6 +27,7 @@ from scheduler.core.errors import (
     format_validation_error,
     unusable_values,
 )
+from trainer.contract import parse_uri
 
 if TYPE_CHECKING:
     pass
@@ -174,6 +175,8 @@ class JobSpec(BaseModel):
     regions: list[str] = Field(default_factory=list)
     spot: SpotPreference = SpotPreference.PREFER
     checkpoint: str | None = None
+    # Continue from the checkpoints a finished job left at `checkpoint` (refused otherwise).
+    reuse_checkpoint: bool = False
     checkpoint_interval: PositiveDuration = timedelta(minutes=10)
     # "on-price": a running attempt moves when another pool is clearly cheaper
     # (scheduler.core.price_moves)
@@ -184,6 +187,13 @@ class JobSpec(BaseModel):
     @classmethod
     def _team(cls, v: str) -> str:
         return normalise_team(v)
+
+    @field_validator("checkpoint")
+    @classmethod
+    def _checkpoint(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_uri(v, absolute=True)  # ValueError: one line naming the accepted forms
+        return v
 
     @field_validator("command", mode="before")
     @classmethod

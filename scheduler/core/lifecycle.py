@@ -149,7 +149,13 @@ def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
     if job.cancel_requested or end is AttemptEnd.CANCELLED:
         return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
     if end is AttemptEnd.FAILED:
-        why = f"the job exited with code {last.exit_code}"
+        # No exit code: the daemon ended it for the job's own fault (its store is another
+        # job's, say), and the detail says why.
+        why = (
+            f"the job exited with code {last.exit_code}"
+            if last.exit_code is not None or not last.detail
+            else last.detail
+        )
         return Transition(JobState.FAILED, why, "failed", "warning")
     if end is AttemptEnd.BUDGET:
         return Transition(JobState.HELD, "hard budget exhausted", "held", "warning")

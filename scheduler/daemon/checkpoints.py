@@ -17,12 +17,28 @@ import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trainer import contract
+from trainer.storage import LocalStore, file_version
 
 # The S3-compatible endpoint of the checkpoint store (MinIO, R2, a test's moto); unset: AWS S3.
 S3_ENDPOINT_ENV = "SPOTWISE_S3_ENDPOINT_URL"
+# The standard variables naming a GCS emulator and an Azure Storage connection string.
+GCS_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+AZURE_CONNECTION_ENV = "AZURE_STORAGE_CONNECTION_STRING"
+# Conditional writes of a claim retried after losing a race (another daemon, a trainer).
+CLAIM_TRIES = 5
+
+
+def _is_emulator(connection_string: str) -> bool:
+    """A connection string of a loopback emulator (Azurite): the only kind that may travel
+    to an instance; a real account's key never leaves the daemon's host."""
+    lowered = connection_string.lower()
+    return "blobendpoint=http://127." in lowered or "blobendpoint=http://localhost" in lowered
+
+
 # The longest a pass waits for its progress.json reads. Progress feeds `status` and the
 # deadline policy's estimate of the work left; a read that misses it is made again next pass,
 # while a pass held by a slow store would hold the stops and launches behind it.
@@ -64,7 +80,12 @@ class StoreError(Exception):
 
 
 class CheckpointStores:
-    """Reads and writes small contract files under any job's checkpoint URI."""
+    """Reads and writes small contract files under any job's checkpoint URI.
+
+    Local stores are plain files (the hot path of a pass that claims thousands). Remote
+    stores (s3://, gs://, az://) go through the trainer's own store classes
+    (`trainer.cloud_stores`), so both sides read and write one layout with one client each,
+    and with each cloud's default credential chain."""
 
     def __init__(
         self,
@@ -74,37 +95,60 @@ class CheckpointStores:
     ) -> None:
         self._timeouts = (connect_timeout, read_timeout)
         self._endpoint = s3_endpoint_url or os.environ.get(S3_ENDPOINT_ENV) or None
-        self._s3: Any = None
+        self._remote: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def instance_env(self, uri: str) -> dict[str, str]:
         """What a job's instance, on whichever cloud, needs to reach the store the daemon
         reads: the daemon's S3 endpoint for an s3:// URI (the trainer reads
-        SPOTWISE_S3_ENDPOINT_URL, the boot script's `aws s3 cp` AWS_ENDPOINT_URL_S3).
-        Credentials are never passed: each instance brings its own."""
-        if self._endpoint is None or not uri.startswith("s3://"):
-            return {}
-        return {S3_ENDPOINT_ENV: self._endpoint, "AWS_ENDPOINT_URL_S3": self._endpoint}
+        SPOTWISE_S3_ENDPOINT_URL, the boot script's `aws s3 cp` AWS_ENDPOINT_URL_S3), the
+        GCS emulator for gs://, the storage account (and an emulator's connection string)
+        for az://. Credentials are never passed: each instance brings its own identity;
+        only an emulator's connection string, which exists on no real account, travels."""
+        scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+        if scheme == "s3" and self._endpoint is not None:
+            return {S3_ENDPOINT_ENV: self._endpoint, "AWS_ENDPOINT_URL_S3": self._endpoint}
+        out: dict[str, str] = {}
+        if scheme == "gs" and os.environ.get(GCS_EMULATOR_ENV):
+            out[GCS_EMULATOR_ENV] = os.environ[GCS_EMULATOR_ENV]
+        if scheme == "az":
+            for name in (contract.ENV_AZURE_ACCOUNT, AZURE_CONNECTION_ENV):
+                value = os.environ.get(name)
+                if value and (name != AZURE_CONNECTION_ENV or _is_emulator(value)):
+                    out[name] = value
+        return out
 
-    def _client(self) -> Any:
+    def _store(self, uri: str) -> Any:
+        """The trainer's store object for a remote URI, one per URI (its clients shared)."""
         with self._lock:
-            if self._s3 is None:
-                import boto3
-                from botocore.config import Config
+            store = self._remote.get(uri)
+        if store is not None:
+            return store
+        from trainer import cloud_stores, storage
 
-                self._s3 = boto3.client(
-                    "s3",
-                    endpoint_url=self._endpoint,
-                    config=Config(
-                        connect_timeout=self._timeouts[0],
-                        read_timeout=self._timeouts[1],
-                        retries={"mode": "standard", "total_max_attempts": 2},
-                    ),
-                )
-            return self._s3
+        if self._endpoint:
+            os.environ.setdefault(S3_ENDPOINT_ENV, self._endpoint)
+        connect, read = self._timeouts
+        timeouts = cloud_stores.Timeouts(connect, read, tries=2)
+        store = cloud_stores.open_remote(uri, storage.staging_for(_location(uri)), timeouts)
+        with self._lock:
+            return self._remote.setdefault(uri, store)
+
+    def _remote_error(self, uri: str, name: str, e: Exception) -> StoreError:
+        """A remote store's failure as one line, with no credential in it."""
+        loc = _location(uri)
+        code = ""
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            code = str(response.get("Error", {}).get("Code", ""))
+        return StoreError(f"{loc.url(name)}: {code or type(e).__name__}")
 
     def read(self, uri: str, name: str) -> str | None:
         """The file's text, None when it does not exist; StoreError when it cannot be read."""
+        return self.read_versioned(uri, name)[0]
+
+    def read_versioned(self, uri: str, name: str) -> tuple[str | None, str | None]:
+        """(text, version) of a contract file; (None, None) when it does not exist."""
         try:
             loc = _location(uri)
         except ValueError as e:
@@ -112,24 +156,19 @@ class CheckpointStores:
         if loc.is_local:
             path = os.path.join(str(loc.path), name)  # what loc.file(name) names, cheaper
             try:
+                version = file_version(Path(path))
                 with open(path) as f:
-                    return f.read()
+                    return f.read(), version
             except FileNotFoundError:
-                return None
+                return None, None
             except (OSError, UnicodeDecodeError) as e:
                 raise StoreError(f"cannot read {path}: {e}") from None
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
-            obj = self._client().get_object(Bucket=loc.bucket, Key=loc.key(name))
-            return obj["Body"].read().decode("utf-8", errors="replace")
-        except ClientError as e:
-            code = str(e.response.get("Error", {}).get("Code", ""))
-            if code in ("NoSuchKey", "404", "NotFound"):
-                return None
-            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {code or 'error'}") from None
-        except BotoCoreError as e:
-            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {type(e).__name__}") from None
+            return self._store(uri).read_versioned(name)
+        except StoreError:
+            raise
+        except Exception as e:  # each SDK raises its own types
+            raise self._remote_error(uri, name, e) from None
 
     def guard(self) -> None:
         """Called before every write: raises StoreError when this process may no longer
@@ -158,46 +197,107 @@ class CheckpointStores:
             except OSError as e:
                 raise StoreError(f"cannot write {target}: {e}") from None
             return
-        from botocore.exceptions import BotoCoreError, ClientError
-
         try:
-            self._client().put_object(Bucket=loc.bucket, Key=loc.key(name), Body=text.encode())
-        except (BotoCoreError, ClientError) as e:
-            raise StoreError(f"s3://{loc.bucket}/{loc.key(name)}: {type(e).__name__}") from None
+            self._store(uri).write_text(name, text)
+        except Exception as e:
+            raise self._remote_error(uri, name, e) from None
+
+    def write_if(self, uri: str, name: str, text: str, version: str | None) -> str | None:
+        """The store's conditional write (see trainer.storage.Store.write_if)."""
+        self.guard()
+        try:
+            loc = _location(uri)
+        except ValueError as e:
+            raise StoreError(str(e)) from None
+        try:
+            if loc.is_local:
+                assert loc.path is not None
+                return LocalStore(loc.path).write_if(name, text, version)
+            return self._store(uri).write_if(name, text, version)
+        except OSError as e:
+            where = name if loc.is_local else loc.url(name)
+            raise StoreError(f"cannot write {where}: {e}") from None
+        except Exception as e:
+            raise self._remote_error(uri, name, e) from None
 
     # -- the contract ----------------------------------------------------------------------
-    def progress(self, uri: str) -> dict[str, Any] | None:
-        return contract.parse_json(self.read(uri, contract.PROGRESS))
+    def progress(self, uri: str, job_id: str | None = None) -> dict[str, Any] | None:
+        """progress.json, or None when absent or written by another job."""
+        text = self.read(uri, contract.PROGRESS)
+        if job_id is not None and text is not None and not contract.ours(text, job_id):
+            return None
+        return contract.parse_json(text)
 
-    def done(self, uri: str) -> bool:
-        return self.read(uri, contract.DONE) is not None
+    def done(self, uri: str, job_id: str | None = None) -> bool:
+        """DONE written by this job. One that names another job is not this job's; one that
+        names no job (a job's own code writing an empty file) counts while owner.json names
+        this job, or names no job at all."""
+        text = self.read(uri, contract.DONE)
+        if text is None:
+            return False
+        writer = contract.written_by(text)
+        if job_id is None or writer == job_id:
+            return True
+        if writer is not None:
+            return False
+        owner = contract.written_by(self.read(uri, contract.OWNER))
+        return owner is None or owner == job_id
 
-    def exit_code(self, uri: str, attempt: int) -> int | None:
-        doc = contract.parse_json(self.read(uri, contract.exit_name(attempt)))
+    def exit_code(self, uri: str, attempt: int, job_id: str | None = None) -> int | None:
+        """The exit code attempt `attempt` of `job_id` recorded; a record naming another job
+        is not this job's."""
+        text = self.read(uri, contract.exit_name(attempt))
+        if job_id is not None and text is not None and not contract.ours(text, job_id):
+            return None
+        doc = contract.parse_json(text)
         code = doc.get("exit_code") if doc else None
         return code if isinstance(code, int) and not isinstance(code, bool) else None
 
     def claim(
         self, uri: str, attempt: int, attempt_id: str, job_id: str, *, sync: bool = True
     ) -> None:
-        """Record `attempt` as the store's owner before it is launched (the fence).
+        """Record `attempt` of `job_id` as the store's owner before it is launched (the fence).
 
         The fence only moves forward: a later attempt of the same job already owning the
         store means this claim comes from a stale daemon (paused, then replaced), and moving
         `owner.json` back would let the old attempt's trainer overwrite the new one's
-        checkpoints. A store reused by another job is claimed afresh. With `sync` False the
-        caller makes many claims durable at once (`sync_local`).
-        """
+        checkpoints. Whether another job may use the store was decided in the database
+        (`state.store_use`); here a store another job owned is claimed afresh.
+
+        Taking the store from a previous owner (another attempt, another job) also rewrites
+        `latest` unchanged: its version moves, so the previous owner's trainer, which writes
+        `latest` only conditionally on the version it saw, can no longer advance it. Both
+        writes are conditional, so two daemons racing on one store cannot both win. With
+        `sync` False the caller makes many claims durable at once (`sync_local`)."""
         doc = contract.owner_doc(attempt, attempt_id, job_id)
         if self._claim_new(uri, doc, sync=sync):
             return
-        current = contract.parse_json(self.read(uri, contract.OWNER)) or {}
-        theirs = current.get("attempt")
-        if current.get("job_id") == job_id and isinstance(theirs, int) and theirs > attempt:
-            raise StoreError(
-                f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
-            )
-        self.write(uri, contract.OWNER, doc, sync=sync)
+        for _ in range(CLAIM_TRIES):
+            text, version = self.read_versioned(uri, contract.OWNER)
+            current = contract.parse_json(text) or {}
+            theirs = current.get("attempt")
+            same_job = current.get("job_id") == job_id
+            if same_job and isinstance(theirs, int) and theirs > attempt:
+                raise StoreError(
+                    f"{uri}: owned by attempt {theirs} of {job_id}; not moving it back to {attempt}"
+                )
+            previous = text is not None and not (same_job and theirs == attempt)
+            if _location(uri).is_local and not previous:
+                self.write(uri, contract.OWNER, doc, sync=sync)  # no one to fence out
+                return
+            if self.write_if(uri, contract.OWNER, doc, version) is not None:
+                if previous:
+                    self._move_latest(uri)
+                return
+        raise StoreError(f"{uri}: owner.json kept changing while it was claimed; not launching")
+
+    def _move_latest(self, uri: str) -> None:
+        """Rewrite `latest` unchanged (create it empty when absent): its version moves."""
+        for _ in range(CLAIM_TRIES):
+            text, version = self.read_versioned(uri, contract.LATEST)
+            if self.write_if(uri, contract.LATEST, text or "", version) is not None:
+                return
+        raise StoreError(f"{uri}: latest kept changing while the store was claimed")
 
     def _claim_new(self, uri: str, doc: str, *, sync: bool) -> bool:
         """The first claim of a local store: when its directory does not exist, create it
@@ -324,7 +424,7 @@ class ProgressReader:
                     return
                 job_id, uri = item
                 try:
-                    value = self.stores.progress(uri)
+                    value = self.stores.progress(uri, job_id)
                 except Exception as e:  # StoreError, a document we cannot parse, a bug
                     with lock:
                         found.errors[job_id] = e

@@ -21,6 +21,7 @@ with a message, and an invalid file keeps the running config.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -31,6 +32,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlmodel import Session, col, func, select
 
+import scheduler
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.errors import UserError
@@ -39,7 +41,7 @@ from scheduler.daemon import systemd
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.wiring import build_providers, clock_for
-from scheduler.state.db import is_postgres, open_db
+from scheduler.state.db import is_postgres, open_db, sqlite_path
 from scheduler.state.files import find_config, load_config
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
@@ -48,6 +50,11 @@ from scheduler.state.running_config import changes, record, summary
 log = logging.getLogger("spotwise.daemon")
 
 EXIT_LEASE_LOST = 75  # EX_TEMPFAIL: not the user's fault; systemd restarts it as a standby
+# EX_IOERR: the database file was deleted or replaced under the daemon; systemd restarts it
+# (Restart=on-failure), and the new process opens whatever file is at the path now.
+EXIT_DATABASE_GONE = 74
+# How often the loop checks that the SQLite file it writes is still the one at its path.
+DATABASE_CHECK_SECONDS = 1.0
 
 # Real-time floors: a sped-up market must not make the daemon spin (83 ms passes at 60x).
 MIN_REAL_SECONDS = {"poll_prices": 1.0, "reconcile": 0.25, "accrue": 0.25, "maintain": 60.0}
@@ -91,6 +98,9 @@ class Daemon:
         d = self.config.daemon
         url = d.resolved_database_url()
         self._lost = threading.Event()
+        self._gone: str | None = None
+        self._db_file: Path | None = None
+        self._db_identity: tuple[int, int] | None = None
         self.lock: StateLock | None = None
         self.record: DaemonRecord | None = None
         self.lease: Lease | None = None
@@ -110,6 +120,8 @@ class Daemon:
             self.lock = StateLock(d.resolved_state_dir())
             self.lock.acquire()
             self.engine = open_db(url)
+            self._db_file = sqlite_path(url)
+            self._db_identity = _file_identity(self._db_file)
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
             self.record.claim(_version(), record(self.config, self.config_path))
@@ -126,6 +138,21 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: self._stop.set())
         signal.signal(signal.SIGINT, lambda *_: self._stop.set())
         signal.signal(signal.SIGHUP, lambda *_: self._reload.set())
+        if scheduler.take_early_reloads():
+            log.info("a reload asked for during start-up runs once the daemon is ready")
+            self._reload.set()
+
+    def _database_gone(self) -> str | None:
+        """Why the SQLite file at the configured path is no longer the one this daemon
+        writes (deleted, or replaced by another file); None while it is."""
+        if self._db_file is None or self._db_identity is None:
+            return None
+        now = _file_identity(self._db_file)
+        if now is None:
+            return f"the database file {self._db_file} was deleted"
+        if now != self._db_identity:
+            return f"the database file {self._db_file} was replaced by another file"
+        return None
 
     def _speed(self) -> float:
         return float(getattr(self.clock, "speedup", 1.0) or 1.0)
@@ -347,10 +374,21 @@ class Daemon:
                 "[providers.gcp] or [providers.azure] is set (then reload: SIGHUP)"
             )
         watchdog = systemd.watchdog_seconds()
+        checked = time.monotonic()
         while not self._stop.is_set():
             if self._reload.wait(0.2):
                 self._reload.clear()
                 self.reload()
+            if time.monotonic() - checked >= DATABASE_CHECK_SECONDS:
+                checked = time.monotonic()
+                self._gone = self._database_gone()
+                if self._gone is not None:
+                    # Writing on would go to an unlinked file no command reads: stop, and
+                    # let systemd start a daemon on the file at the path.
+                    log.error("%s while the daemon ran; stopping (exit %d)",
+                              self._gone, EXIT_DATABASE_GONE)  # fmt: skip
+                    self.reconciler.placing = False
+                    break
             # WATCHDOG follows the loop's liveness (a pass finished recently), not the
             # slowest cloud call: calls have deadlines, so a live loop always finishes passes.
             if watchdog and time.monotonic() - self._last_pass < watchdog:
@@ -359,7 +397,7 @@ class Daemon:
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
         self._scheduler.shutdown(wait=True)
-        if not self._lost.is_set():
+        if not self._lost.is_set() and self._gone is None:
             # The pass that saw an instance end had accrued to its own start, past the end;
             # the next accrual refunds that. Run it now, or a stopped daemon reports (and
             # budgets count) spend up to that pass instead of up to the end.
@@ -375,12 +413,25 @@ class Daemon:
                 return EXIT_LEASE_LOST
             self.lease.release()  # after in-flight work: a standby may take over at once
             self.lease.close()
-        if self.record is not None:
+        if self.record is not None and self._gone is None:
             self.record.release()
         if self.lock is not None:
             self.lock.release()
+        if self._gone is not None:
+            return EXIT_DATABASE_GONE
         log.info("stopped")
         return 0
+
+
+def _file_identity(path: Path | None) -> tuple[int, int] | None:
+    """(device, inode) of a file, None when it does not exist (or there is no file)."""
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
 
 
 def _schema() -> str:

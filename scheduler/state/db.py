@@ -18,6 +18,7 @@ from sqlmodel import Session, select
 
 from providers.masking import mask_url_passwords
 from scheduler.core.errors import UserError
+from scheduler.state.paths import creatable
 from scheduler.state.revisions import LEGACY_REVISION, MIGRATIONS, head_revision
 
 MIGRATION_LOCK = 0x5707_0001  # pg_advisory_lock key held while migrating
@@ -41,6 +42,35 @@ def is_postgres(url: str) -> bool:
         return sa.engine.make_url(url).get_backend_name() == "postgresql"
     except sa.exc.ArgumentError:
         return False
+
+
+def database_url_problem(url: str) -> str | None:
+    """Why the engine cannot open `url` (None: it can), without connecting: the URL must
+    parse, name SQLite or PostgreSQL, and (for SQLite) a file whose folder can exist."""
+    try:
+        made = sa.engine.make_url(url)
+    except (sa.exc.ArgumentError, ValueError):  # a port that is no number: ValueError
+        return f"{redact_url(url)!r} is not a database URL (sqlite:////path.db, postgresql://...)"
+    backend = made.get_backend_name()
+    if backend not in ("sqlite", "postgresql"):
+        return f"{redact_url(url)!r}: {backend} is not supported; use SQLite or PostgreSQL"
+    if backend == "sqlite":
+        try:
+            path = sqlite_path(url)
+        except sa.exc.ArgumentError as e:
+            return f"{redact_url(url)!r} is not a database URL: {e}"
+        if path is not None and not path.is_absolute():
+            return f"{redact_url(url)!r} names a relative file; use sqlite:////absolute/path.db"
+        if path is not None:
+            why = creatable(path.parent)
+            if why is not None:
+                return f"the database's folder: {why}"
+    else:
+        try:
+            made.get_dialect()
+        except Exception as e:  # a driver that is not installed, or unknown
+            return f"{redact_url(url)!r} is not usable: {e}"
+    return None
 
 
 def make_engine(

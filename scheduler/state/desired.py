@@ -8,11 +8,13 @@ from datetime import datetime
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, col, select
 
-from scheduler.core.errors import UserError
+from scheduler.core.errors import UserError, clean
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.states import JobState
+from scheduler.state import store_use
 from scheduler.state.audit import emit
 from scheduler.state.models import Job
+from trainer.contract import canonical_uri
 
 _ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32: no i, l, o, u
 
@@ -24,11 +26,25 @@ def new_job_id() -> str:
 
 
 def submit(
-    engine: Engine, spec: JobSpec, now: datetime, checkpoint_root: str, submitted_by: str = ""
+    engine: Engine,
+    spec: JobSpec,
+    now: datetime,
+    checkpoint_root: str,
+    submitted_by: str = "",
+    source: str = "<job>",
 ) -> Job:
-    """Enqueue `spec` as a new PENDING job; `submitted_by` is the Unix user who asked."""
+    """Enqueue `spec` as a new PENDING job; `submitted_by` is the Unix user who asked. A
+    `checkpoint` another unfinished job uses, or a finished job's without
+    `reuse_checkpoint = true`, is refused (UserError, one line naming the other job)."""
     job_id = new_job_id()
-    uri = spec.checkpoint or f"{checkpoint_root.rstrip('/')}/{job_id}"
+    uri = canonical_uri(spec.checkpoint) if spec.checkpoint else None
+    if uri is not None:
+        with Session(engine) as s:
+            found = store_use.users(s, [uri]).get(uri, [])
+            why = store_use.refusal(uri, None, spec.reuse_checkpoint, found)
+        if why is not None:
+            raise UserError(f"{clean(source, 200)}: checkpoint: {why}")
+    uri = uri or f"{checkpoint_root.rstrip('/')}/{job_id}"
     job = Job(
         id=job_id,
         name=spec.name,

@@ -11,8 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.core.config import Config, config_from_toml
-from scheduler.core.errors import UserError, key_lines, parse_toml
+from scheduler.core.errors import UserError, clean, key_lines, parse_toml
 from scheduler.core.jobspec import JobSpec, jobspec_from_dict
+from scheduler.state.paths import creatable
+from scheduler.state.read_connection import sqlite_file
 
 DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
 
@@ -60,12 +62,55 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
 
 
 def load_config(path: str | Path | None = None) -> Config:
-    """Load and validate; with no file anywhere, the built-in defaults (local market)."""
+    """Load and validate; with no file anywhere, the built-in defaults (local market).
+
+    Beyond the model's checks, what only the machine can answer is checked here, where the
+    daemon, `check-config` and every command read the config alike: the database URL must
+    parse for the engine, and each directory the config names must exist or be creatable.
+    Nothing is created: read commands write nothing."""
     found = find_config(path)
     if found is None:
-        return Config().with_default_provider()
-    data, text = read_toml_file(found, "config file")
-    return config_from_toml(data, text, str(found))
+        config, lines, source = Config().with_default_provider(), {}, "built-in defaults"
+    else:
+        data, text = read_toml_file(found, "config file")
+        config = config_from_toml(data, text, str(found))
+        lines, source = key_lines(text), str(found)
+    problems = unusable(config, lines, clean(source, 200))
+    if problems:
+        raise UserError("\n".join(problems))
+    return config
+
+
+def _where(key: str, lines: dict[str, int]) -> str:
+    return f"{key} (line {lines[key]})" if key in lines else key
+
+
+def unusable(config: Config, lines: dict[str, int], source: str) -> list[str]:
+    """One line per setting the engine or the file system cannot honour."""
+    out: list[str] = []
+    d = config.daemon
+    url = d.resolved_database_url()
+    plain = sqlite_file(url)  # the common case needs no SQLAlchemy (a command's start-up)
+    if d.database_url is None:
+        why = None  # under state_dir, checked below
+    elif plain is not None and plain.is_absolute():
+        why = creatable(plain.parent)
+        why = f"the database's folder: {why}" if why else None
+    else:
+        from scheduler.state.db import database_url_problem
+
+        why = database_url_problem(url)
+    if why is not None:
+        out.append(f"{source}: {_where('daemon.database_url', lines)}: {why}")
+    dirs = [("daemon.state_dir", d.resolved_state_dir())]
+    local = config.providers.local
+    if local is not None and local.state_dir is not None:
+        dirs.append(("providers.local.state_dir", local.state_dir))
+    for key, path in dirs:
+        why = creatable(path)
+        if why is not None:
+            out.append(f"{source}: {_where(key, lines)}: {why}")
+    return out
 
 
 def load_jobspec(path: str | Path) -> JobSpec:

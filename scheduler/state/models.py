@@ -66,7 +66,7 @@ class Job(SQLModel, table=True):
     spec_json: str
     state: JobState = _enum(JobState, JobState.PENDING, index=True)
     reason: str = ""
-    checkpoint_uri: str
+    checkpoint_uri: str = Field(index=True)  # one store, one unfinished job (store_use)
     created_at: datetime = _utc()
     updated_at: datetime = _utc(index=True)
     deadline: datetime | None = _utc(default=None)

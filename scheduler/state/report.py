@@ -36,6 +36,7 @@ from scheduler.core.jobspec import JobSpec, SpotPreference
 from scheduler.core.placement import PlacementContext, Requirements, candidates
 from scheduler.core.states import AttemptEnd
 from scheduler.state.models import Attempt, Job, PriceSample, SpendBucket
+from trainer import contract
 
 GROUPS = ("job", "team", "cloud")
 CENT = 0.01  # below this an amount prints as $0.00: no percentage is made of it
@@ -94,6 +95,7 @@ class Facts:
     attempts: list[AttemptFact] = field(default_factory=list)
     buckets: list[BucketFact] = field(default_factory=list)
     specs: dict[str, JobSpec | None] = field(default_factory=dict)  # job id -> its spec
+    stores: dict[str, str] = field(default_factory=dict)  # job id -> its checkpoint URI
     # pool -> [(observed_at, $/h)], the last sample before the window first.
     prices: dict[str, list[tuple[datetime, float]]] = field(default_factory=dict)
     # Per budget window kind: spend per (job name, team) from that window's start (at the
@@ -174,10 +176,13 @@ def load(
         ]
         job_ids = sorted({a.job_id for a in facts.attempts})
         for k in range(0, len(job_ids), 500):  # bound the IN list (driver parameter limits)
-            for jid, spec_json in s.exec(
-                select(Job.id, Job.spec_json).where(col(Job.id).in_(job_ids[k : k + 500]))
+            for jid, spec_json, uri in s.exec(
+                select(Job.id, Job.spec_json, Job.checkpoint_uri).where(
+                    col(Job.id).in_(job_ids[k : k + 500])
+                )
             ).all():
                 facts.specs[jid] = _spec(spec_json)
+                facts.stores[jid] = uri
         spot_pools = sorted({a.pool for a in facts.attempts if a.market == Market.SPOT.value})
         for pool in spot_pools:
             facts.prices[pool] = _price_history(s, pool, w)
@@ -299,11 +304,34 @@ class Row:
         }
 
 
+def store_url(uri: str) -> str | None:
+    """Where a person looks at a checkpoint store: the cloud console's page of an s3:// or
+    gs:// prefix, the blob endpoint of an az:// one (the portal's page needs the account's
+    resource group, which the URI does not name), the file:// URI of a local one."""
+    from urllib.parse import quote
+
+    try:
+        loc = contract.parse_uri(uri)
+    except ValueError:
+        return None
+    if loc.is_local:
+        return contract.canonical_uri(uri) if loc.path and loc.path.is_absolute() else None
+    prefix = quote(loc.prefix + "/" if loc.prefix else "")
+    if loc.scheme == "s3":
+        return f"https://s3.console.aws.amazon.com/s3/buckets/{loc.bucket}?prefix={prefix}"
+    if loc.scheme == "gs":
+        return f"https://console.cloud.google.com/storage/browser/{loc.bucket}/{prefix}"
+    if not loc.account:
+        return None
+    return f"https://{loc.account}.blob.core.windows.net/{loc.bucket}/{prefix}"
+
+
 @dataclass(frozen=True, slots=True)
 class OnDemandChoice:
     job_id: str
     job_name: str
     offering: Offering | None  # None: nothing listed meets the job's requirements
+    checkpoint_uri: str = ""  # where the job's checkpoints are (the report links to them)
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,6 +383,8 @@ class Report:
                     "name": c.job_name,
                     "pool": c.offering.pool if c.offering else None,
                     "price_per_hour": c.offering.price_per_hour if c.offering else None,
+                    "checkpoint_uri": c.checkpoint_uri,
+                    "checkpoint_url": store_url(c.checkpoint_uri),
                 }
                 for c in self.ondemand
             ],
@@ -409,7 +439,10 @@ def build(
         spec = facts.specs.get(a.job_id)
         if a.job_id not in choices:
             choices[a.job_id] = OnDemandChoice(
-                a.job_id, a.job_name, cheapest_ondemand(spec, catalog, now)
+                a.job_id,
+                a.job_name,
+                cheapest_ondemand(spec, catalog, now),
+                facts.stores.get(a.job_id, ""),
             )
         offer = choices[a.job_id].offering
         hours = w.clip(a.start, a.end)

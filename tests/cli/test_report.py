@@ -337,7 +337,9 @@ def test_html_report_is_self_contained_and_its_plots_render(world, tmp_path):
         assert f'<figure id="{fid}"><svg' in text
     assert "<script" not in text and " src=" not in text and "<link" not in text
     hrefs = [p.split('"', 1)[0] for p in text.split('href="')[1:]]
-    assert hrefs and all(h.startswith("#") for h in hrefs)  # only the SVGs' own glyphs
+    # The SVGs' own glyphs, and links (never loaded) to each job's checkpoint store.
+    assert hrefs and all(h.startswith(("#", "file:///", "https://")) for h in hrefs)
+    assert any(h.startswith("file:///") for h in hrefs)
     assert "research limit $500/month (hard)" in text  # the legend (matplotlib notes text)
     assert "aws/us-east-1a/p3.2xlarge/spot" in text and "checkpoint_interval" in text
 

@@ -81,7 +81,7 @@ def test_a_pass_reads_every_progress_at_once_outside_any_transaction(make_world,
     problems: list[str] = []
     lock = threading.Lock()
 
-    def progress(uri: str) -> dict[str, Any] | None:
+    def progress(uri: str, job_id: str | None = None) -> dict[str, Any] | None:
         with lock:
             seen.append((uri, watch.writes, watch.connections))
         try:
@@ -117,7 +117,7 @@ def test_a_slow_store_does_not_hold_the_pass_beyond_the_deadline(make_world, mon
     release = threading.Event()
     real = w.rec.jobs.stores.progress
 
-    def progress(uri: str) -> dict[str, Any] | None:
+    def progress(uri: str, job_id: str | None = None) -> dict[str, Any] | None:
         if uri.endswith(slow):
             release.wait(timeout=30)
         return real(uri)
@@ -143,7 +143,7 @@ def test_a_read_past_the_deadline_is_a_store_error_and_its_late_answer_is_droppe
         def __init__(self) -> None:
             self.release = threading.Event()
 
-        def progress(self, uri: str) -> dict[str, Any] | None:
+        def progress(self, uri: str, job_id: str | None = None) -> dict[str, Any] | None:
             if uri == "slow":
                 self.release.wait(timeout=30)
                 return {"step": 99}

@@ -159,8 +159,10 @@ def test_billing_stays_stopped_when_the_store_comes_back_after_the_cloud_forgot(
     assert a.cost_usd == pytest.approx(a.price_per_hour * hours, rel=1e-6)
 
 
-def test_s3_access_denied_is_an_error_not_absent():
+def test_s3_access_denied_is_an_error_not_absent(tmp_path):
     from botocore.exceptions import ClientError
+
+    from trainer.cloud_stores import S3Store
 
     class Denying:
         def get_object(self, **_):
@@ -170,12 +172,14 @@ def test_s3_access_denied_is_an_error_not_absent():
         def get_object(self, **_):
             raise ClientError({"Error": {"Code": "NoSuchKey"}}, "GetObject")
 
+    uri = "s3://bucket/ckpt/j-1"
     stores = CheckpointStores()
-    stores._s3 = Denying()
+    stores._remote[uri] = store = S3Store(uri, tmp_path)
+    store.s3 = Denying()
     with pytest.raises(StoreError, match="AccessDenied"):
-        stores.done("s3://bucket/ckpt/j-1")
-    stores._s3 = Missing()
-    assert stores.done("s3://bucket/ckpt/j-1") is False
+        stores.done(uri)
+    store.s3 = Missing()
+    assert stores.done(uri) is False
 
 
 def test_one_uri_helper_for_trainer_and_scheduler(tmp_path):

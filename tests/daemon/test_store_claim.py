@@ -99,7 +99,7 @@ def test_a_new_store_is_created_without_a_rename_and_an_existing_one_with(
     renames: list[str] = []
 
     def replace(src: str, dst: str) -> None:
-        renames.append(dst)
+        renames.append(str(dst))
         real_replace(src, dst)
 
     real_replace = os.replace
@@ -109,7 +109,9 @@ def test_a_new_store_is_created_without_a_rename_and_an_existing_one_with(
     stores.claim(uri, 1, "a-1", "j-1")
     assert renames == []
     stores.claim(uri, 2, "a-2", "j-1")
-    assert renames == [str(tmp_path / "stores" / "job" / contract.OWNER)]
+    # owner.json replaced, then `latest` rewritten so attempt 1 can no longer advance it.
+    job = tmp_path / "stores" / "job"
+    assert renames == [str(job / contract.OWNER), str(job / contract.LATEST)]
 
 
 @pytest.mark.parametrize("sync", [True, False])

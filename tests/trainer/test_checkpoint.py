@@ -36,7 +36,7 @@ def test_local_store_contract(tmp_path: Path) -> None:
     assert store.step_dirs() == {3: True, 4: False}
     assert parse_latest("garbage") is None
     with pytest.raises(ValueError, match="unsupported"):
-        open_store("gs://bucket/x")
+        open_store("ftp://bucket/x")
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def test_every_uri_goes_through_contract_parse_uri(tmp_path: Path) -> None:
     assert [p.name for p in (spaced / "exits").iterdir()] == ["2.json"]  # no temp files
     assert open_store(str(spaced)).root == spaced  # a plain path with a space
     with pytest.raises(ValueError, match="unsupported"):
-        open_store("gs://bucket/x")
+        open_store("ftp://bucket/x")
     with pytest.raises(ValueError, match="no bucket"):
         open_store("s3:///x")
 
@@ -165,7 +165,7 @@ def test_outcome_runs_forwards_and_records_locally(tmp_path: Path) -> None:
     assert p.wait(timeout=30) == 0
     assert json.loads((store / "exits" / "5.json").read_text())["exit_code"] == 76
 
-    p = _outcome("--uri", "gs://x/y", "--attempt", "1", "--", "true")
+    p = _outcome("--uri", "ftp://x/y", "--attempt", "1", "--", "true")
     assert p.wait(timeout=30) == 2
     assert "unsupported checkpoint URI" in p.communicate()[1]
     no_torch = "import sys, trainer.outcome; assert 'torch' not in sys.modules"

@@ -211,9 +211,9 @@ class InstanceController:
         unreadable: StoreError | None = None
         if all_end:  # store I/O, outside the transaction
             try:
-                done = self.stores.done(uri)
+                done = self.stores.done(uri, a.job_id)
                 if not done:
-                    code = self.stores.exit_code(uri, a.number)
+                    code = self.stores.exit_code(uri, a.number, a.job_id)
             except StoreError as e:
                 unreadable = e
         cfg = self._config().daemon
@@ -517,10 +517,10 @@ class InstanceController:
     def _ended_facts(self, x: _Live, inst: Instance) -> Ended:
         """What the cloud said plus what the job's wrapper left in the store (I/O: called
         outside any transaction)."""
-        done = self.stores.done(x.checkpoint_uri)
+        done = self.stores.done(x.checkpoint_uri, x.job_id)
         code = inst.exit_code
         if code is None and not done:
-            code = self.stores.exit_code(x.checkpoint_uri, x.number)
+            code = self.stores.exit_code(x.checkpoint_uri, x.number, x.job_id)
         reason = inst.end_reason if inst.state is InstanceState.ENDED else EndReason.UNKNOWN
         failure = inst.failure.kind if inst.failure is not None else None
         return Ended(reason, code, done, x.stop_reason, failure)

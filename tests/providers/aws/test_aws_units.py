@@ -200,7 +200,7 @@ def test_boot_script_records_the_exit_in_the_checkpoint_store(tmp_path):
                                     "SPOTWISE_CHECKPOINT_URI": "s3://bkt/ckpt/job 1/"})  # fmt: skip
     assert "aws s3 cp --only-show-errors - 's3://bkt/ckpt/job 1/exits/2.json'" in s3
     with pytest.raises(LaunchRejected, match="scheme"):
-        build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "gs://b/p"})
+        build_user_data(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "ftp://b/p"})
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")

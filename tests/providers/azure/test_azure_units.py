@@ -66,7 +66,7 @@ def test_boot_script_rejects_what_it_cannot_express() -> None:
     with pytest.raises(LaunchRejected):
         build_script(["x"], {"1BAD": "y"})
     with pytest.raises(LaunchRejected, match="scheme"):
-        build_script(["x"], {"SPOTWISE_ATTEMPT": "1", "SPOTWISE_CHECKPOINT_URI": "gs://b/p"})
+        build_script(["x"], {"SPOTWISE_ATTEMPT": "1", "SPOTWISE_CHECKPOINT_URI": "ftp://b/p"})
     s3 = build_script(["true"], {"SPOTWISE_ATTEMPT": "2", "SPOTWISE_CHECKPOINT_URI": "s3://b/p"})
     assert "s3://b/p/exits/2.json" in s3
 

@@ -252,7 +252,8 @@ def test_the_renewal_thread_keeps_the_lease_and_a_standby_waits(pg_url, db):
 
 
 def _reconciler(engine, fake, clock, lease: Lease, tmp_path) -> Reconciler:
-    cfg = Config(daemon=DaemonSettings(database_url="unused://", accrue_interval="30s"))
+    # The engine is given: the URL is never opened.
+    cfg = Config(daemon=DaemonSettings(database_url="postgresql://unused/x", accrue_interval="30s"))
     rec = Reconciler(engine, cfg, {"fake": fake}, clock, fence=lease)
     rec.poll_prices()
     return rec

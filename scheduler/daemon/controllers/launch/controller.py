@@ -48,6 +48,7 @@ from scheduler.daemon.controllers.launch.records import (
 from scheduler.daemon.controllers.launch.request import JobView, LaunchRequests, RequestMemo
 from scheduler.daemon.controllers.rows import load_by_id, table_of
 from scheduler.daemon.hooks_for_tests import Steps
+from scheduler.state import store_use
 from scheduler.state.audit import emit, emit_many
 from scheduler.state.models import Attempt, Job
 
@@ -156,6 +157,15 @@ class LaunchController:
                 out.append(LaunchOutcome(a.id, launched=False))
                 continue
             ready.append((a, job, provider))
+        # Re-checked now, before the claim: a store another job holds is never claimed.
+        with self.db.read() as s:
+            shared = store_use.launch_refusals(
+                s, [(job.id, job.checkpoint_uri, job.spec_json) for _, job, _ in ready]
+            )
+        for a, job, _ in [x for x in ready if x[1].id in shared]:
+            failed.append((a.id, AttemptEnd.FAILED, shared[job.id]))
+            out.append(LaunchOutcome(a.id, launched=False))
+        ready = [x for x in ready if x[1].id not in shared]
         claim_errors = claim_stores(self.stores, ready)
         requests: dict[str, tuple[str, LaunchRequest]] = {}
         memo = RequestMemo()
