@@ -23,6 +23,9 @@ Pointing the real SDK at it: `fake = FakeGcp()` listens at once on `fake.url`; c
 token is fetched or sent). GcpProvider's compute_v1 and billing_v1 clients (REST transport)
 then talk only to the fake; tests/support/gcp_harness.py `settings()` is the whole recipe, and
 a person can keep one running from a Python shell the same way. `fake.close()` stops it.
+One module, over 600 lines: one HTTP handler answers every route (instances, bulkInsert,
+zone operations, resource policies, the Billing Catalog) over one shared state, which the
+tests' injections reach through one object.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@ Stateless: the instance name is derived from the attempt token, so every call fi
 again from the token or the persisted ref (name + zone). What the instance list cannot tell
 - a launch that failed inside its operation, a preemption, our own deletion - the zone
 operations do: describe reads them for refs that are gone or stopped.
+One module, over 600 lines: a single VM and a gang's bulkInsert share the token, the
+adoption, the operation reading and the end reasons (gangs.py holds the gang's own parts).
 """
 
 from __future__ import annotations

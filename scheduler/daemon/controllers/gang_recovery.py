@@ -20,6 +20,8 @@ Two halves, each the intent before the cloud call:
 Billing stays per node at the price paid: the survivors bill while they wait, a replacement
 from its own launch, at its own pool's price when it went to another pool (the same zone
 and instance type, the other market).
+One module, over 600 lines: the decision's inputs, the round's rows, the replacement's
+launch and its settling are one state machine, and a step of it alone would hide the others.
 """
 
 from __future__ import annotations

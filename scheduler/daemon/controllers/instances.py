@@ -13,7 +13,8 @@ launch timeout is stopped and its pool marked.
 One file, unlike the job and launch controllers: it is one phase (the clouds' listing, then
 what it says written back), and its single-instance and gang paths share the store reads
 made before the transaction, the wait for an unreadable store and the billing to an end;
-kept apart, code that has to change together would sit in two files.
+kept apart, code that has to change together would sit in two files. One module, over
+600 lines, for that reason.
 """
 
 from __future__ import annotations

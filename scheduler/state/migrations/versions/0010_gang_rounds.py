@@ -1,7 +1,7 @@
 """gang rounds: a lost node replaced while the others keep running
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0010
+Revises: 0007
 Create Date: 2026-12-16 09:00:00.000000
 
 A gang that loses a node may now keep its other nodes and launch one replacement: the
@@ -19,8 +19,8 @@ from alembic import op
 
 import scheduler.state.models
 
-revision = "0007"
-down_revision = "0006"
+revision = "0010"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
