@@ -561,3 +561,33 @@ def cli_table(doc: dict[str, Any]) -> list[str]:
         f"program: {' '.join(doc['program'])}",
     ]
     return out
+
+
+@bench_app.command("api")
+def bench_api(
+    clients: int = typer.Option(100, "--clients", help="Concurrent clients (threads)"),
+    seconds: float = typer.Option(30.0, "--seconds", help="How long they submit and read"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+) -> None:
+    """The API server under load beside the daemon: throughput, latency, no job lost."""
+    from scheduler.lab.bench_api import run
+
+    doc = run(clients, seconds)
+    if output == "json":
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    typer.echo(
+        f"{doc['clients']} clients for {doc['seconds']} s: {doc['requests']} requests, "
+        f"{doc['per_second']}/s, {doc['errors']} errors; {doc['jobs_submitted']} jobs "
+        f"submitted, {len(doc['jobs_lost'])} lost"
+    )
+    typer.echo(f"{'kind':>8} {'req':>7} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
+               f"{'p99 ms':>8} {'max ms':>8} {'errors':>7}")  # fmt: skip
+    for kind, k in [*doc["kinds"].items(), ("all", {**doc["all"], "requests": doc["requests"],
+                    "per_second": doc["per_second"], "errors": doc["errors"]})]:  # fmt: skip
+        typer.echo(
+            f"{kind:>8} {k['requests']:>7} {k['per_second']:>7} {k['p50_ms']:>8} "
+            f"{k['p95_ms']:>8} {k['p99_ms']:>8} {k['max_ms']:>8} {k['errors']:>7}"
+        )
+    if doc["errors"] or doc["jobs_lost"] or not doc["daemon_alive"]:
+        raise typer.Exit(1)

@@ -59,13 +59,21 @@ def prices(
     output: OutputOpt = Format.table,
 ) -> None:
     """Current offerings from the daemon's providers, cheapest first."""
-    from scheduler.daemon.wiring import build_providers
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg = _daemon_or_own_config(config)
-    rows, problems = read_models.live_offerings(
-        build_providers(cfg, read_only=True), gpu=gpu, cloud=cloud, market=market
-    )
+    api = target()
+    if api is not None:
+        query = {k: v for k, v in (("gpu", gpu), ("cloud", cloud), ("market", market)) if v}
+        got = with_times(api.get("/prices", query))
+        rows, problems = got["offerings"], got["errors"]
+    else:
+        from scheduler.daemon.wiring import build_providers
+
+        cfg = _daemon_or_own_config(config)
+        rows, problems = read_models.live_offerings(
+            build_providers(cfg, read_only=True), gpu=gpu, cloud=cloud, market=market
+        )
     for p in problems:
         print_err(f"warning: {p}")
     if output == "json":

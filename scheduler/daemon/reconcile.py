@@ -21,6 +21,7 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.states import AttemptState
+from scheduler.daemon.alerts import AlertController
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
 from scheduler.daemon.controllers.gang_recovery import GangRecovery
@@ -87,6 +88,7 @@ class Reconciler:
         )
         self.stops = StopController(self.db, clock, clouds, cfg)
         self.leaks = LeakController(self.db, clock, clouds, cfg)
+        self.alerts = AlertController(self.db, clock, cfg)
 
     @staticmethod
     def _make_planner(config: Config) -> DeadlinePlanner:
@@ -140,6 +142,10 @@ class Reconciler:
 
     def accrue(self) -> None:
         self.spend.accrue()
+        self._guarded("alerts", self._alert)  # from what the accrual just published
+
+    def _alert(self) -> None:
+        self.alerts.check()
 
     def reconcile(self) -> None:
         """One level-triggered pass."""

@@ -318,3 +318,61 @@ class PolicyState(SQLModel, table=True):
     shape: str = Field(default="", index=True)
     state_json: str = "{}"
     updated_at: datetime = _utc()
+
+
+# -- who may use the API server (state/accounts.py) ----------------------------------------
+class ApiUser(SQLModel, table=True):
+    """A person (or a robot) the API server knows. `role`: admin (everything), member (reads
+    and acts on the jobs of `teams`) or viewer (reads them). Named `apiuser`: `user` is a
+    reserved word in PostgreSQL."""
+
+    name: str = Field(primary_key=True)
+    role: str = "member"
+    teams: str = ""  # comma-separated, normalised team names
+    created_at: datetime = _utc()
+    created_by: str = ""  # the Unix user who added it
+    disabled_at: datetime | None = _utc(default=None)
+
+
+class ApiToken(SQLModel, table=True):
+    """An API token: only the SHA-256 of its secret is stored (the token is shown once, at
+    creation); `id` is the public part every token starts with, for listing and revoking."""
+
+    id: str = Field(primary_key=True)
+    user_name: str = Field(index=True, foreign_key="apiuser.name")
+    secret_sha256: str
+    label: str = ""
+    created_at: datetime = _utc()
+    created_by: str = ""
+    expires_at: datetime | None = _utc(default=None)
+    revoked_at: datetime | None = _utc(default=None)
+
+
+# -- budget alerts (daemon/alerts.py) -------------------------------------------------------
+class BudgetAlert(SQLModel, table=True):
+    """An alert already raised: one per budget, window and kind ('50%', '80%', '100%',
+    'forecast'), so a restarted daemon never alerts twice for the same crossing."""
+
+    __table_args__ = (sa.UniqueConstraint("budget", "window_key", "kind"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    budget: str = Field(index=True)
+    window_key: str  # the window's start (ISO) or 'total'
+    kind: str
+    at: datetime = _utc()
+    message: str = ""
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """An alert waiting to be (or already) sent to the configured webhook: an outbox the
+    daemon's sender thread drains with retries, so a slow or failing webhook never holds up
+    a pass, and nothing queued is lost to a restart."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: datetime = _utc()
+    payload_json: str
+    tries: int = 0
+    next_try_at: datetime = _utc(index=True)
+    delivered_at: datetime | None = _utc(default=None)
+    gave_up_at: datetime | None = _utc(default=None)
+    last_error: str = ""

@@ -251,6 +251,10 @@ class SpendController:
             elif kind == "job":
                 q = q.where(SpendBucket.job_name == value)
                 burn = burn.where(Job.name == value)
+            elif kind == "user":  # the jobs this user submitted (the bucket names the job)
+                mine = select(Job.id).where(Job.submitted_by == value)
+                q = q.where(col(SpendBucket.job_id).in_(mine))
+                burn = burn.where(Job.submitted_by == value)
             spent = float(s.exec(q).one())
             # Spend since the last accrual is not in the buckets yet: add it, so a launch
             # decision between two accruals sees everything paid so far.
@@ -262,7 +266,7 @@ class SpendController:
 
     @staticmethod
     def _unaccrued(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
-        q = select(Attempt, Job.name, Job.team).where(
+        q = select(Attempt, Job.name, Job.team, Job.submitted_by).where(
             Attempt.job_id == Job.id,
             col(Attempt.state).in_(LIVE),
             col(Attempt.started_at).is_not(None),
@@ -270,8 +274,8 @@ class SpendController:
         since = budgets.window_start(rule.window, now)
         return sum(
             unaccrued_usd(a, now, since)
-            for a, name, team in s.exec(q).all()
-            if rule.applies_to(name, team)
+            for a, name, team, user in s.exec(q).all()
+            if rule.applies_to(name, team, user)
         )
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
@@ -330,7 +334,7 @@ class SpendController:
         ).all()
         rule = st.rule
         for a, job in rows:
-            if not rule.applies_to(job.name, job.team):
+            if not rule.applies_to(job.name, job.team, job.submitted_by):
                 continue
             why = (
                 f"hard budget '{rule.name}' (${rule.limit_usd:.2f}/{rule.window.value}) "

@@ -1,7 +1,7 @@
 """gang rounds: a lost node replaced while the others keep running
 
 Revision ID: 0010
-Revises: 0007
+Revises: 0009
 Create Date: 2026-12-16 09:00:00.000000
 
 A gang that loses a node may now keep its other nodes and launch one replacement: the
@@ -20,7 +20,7 @@ from alembic import op
 import scheduler.state.models
 
 revision = "0010"
-down_revision = "0007"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
