@@ -472,6 +472,40 @@ def bench_daemon(
         typer.echo(v)
 
 
+@bench_app.command("gangs")
+def bench_gangs(
+    output: OutputOpt = Output.table,
+    quick: QuickOpt = False,
+    nodes: Annotated[
+        list[int], typer.Option("--nodes", "-n", help="Gang sizes (repeatable; default 2, 4)")
+    ] = [],  # noqa: B006 (typer reads the default)
+    runs: Annotated[
+        int | None,
+        typer.Option("--runs", help="Local runs per size and recovery (default 5, 1 --quick)"),
+    ] = None,
+    replay_only: Annotated[
+        bool, typer.Option("--replay-only", help="Only the replay (no local runs)")
+    ] = False,
+) -> None:
+    """A gang losing one node: replacing it against re-placing the gang whole, timed on the
+    local market (loss to training resumed, and its cost) and costed in the replay."""
+    from scheduler.lab.bench_gangs import gangs_doc, gangs_table
+
+    sizes = sorted(set(nodes)) or [2, 4]
+    if any(n < 2 or n > 8 for n in sizes):
+        _err.print("spotwise bench gangs: --nodes takes 2 to 8 (the local market's largest gang)")
+        raise typer.Exit(2)
+    try:
+        doc = gangs_doc(sizes, runs or (1 if quick else 5), quick, not replay_only, _step)
+    finally:
+        _steps_done()
+    if output is Output.json:
+        print(json.dumps(rounded(doc), indent=2))
+        return
+    for line in gangs_table(doc):
+        _out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @bench_app.command("cli")
 def bench_cli(
     output: OutputOpt = Output.table,

@@ -37,6 +37,7 @@ from scheduler.core.errors import (
     parse_toml,
     unusable_values,
 )
+from scheduler.core.gang_recovery import Recovery
 from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
 from trainer.contract import parse_uri
 
@@ -274,6 +275,16 @@ class PolicySettings(StrictModel):
         return v
 
 
+class GangSettings(StrictModel):
+    # How a running gang that lost nodes resumes (scheduler/core/gang_recovery.py): "auto"
+    # decides per loss by expected cost and time; "replace" replaces the lost nodes wherever
+    # a pool can take them; "whole" always stops the others and re-places the gang.
+    recovery: Recovery = Recovery.AUTO
+    # The longest the other nodes wait (billed) for a replacement to run; past it the gang
+    # is re-placed whole. A node's expected boot is [policy] restart_overhead.
+    replace_wait: PositiveDuration = timedelta(minutes=10)
+
+
 class ServerSettings(StrictModel):
     """`spotwise server`: where it listens, its TLS, whom it believes about client addresses."""
 
@@ -323,6 +334,7 @@ class Config(StrictModel):
     providers: ProvidersSettings = ProvidersSettings()
     budgets: list[BudgetSettings] = Field(default_factory=list)
     policy: PolicySettings = PolicySettings()
+    gangs: GangSettings = GangSettings()
     server: ServerSettings = ServerSettings()
     alerts: AlertSettings = AlertSettings()
 

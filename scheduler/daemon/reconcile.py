@@ -1,8 +1,9 @@
 """The reconcile loop: composes the controllers, one concern each, into the daemon's passes.
 
-Each pass is level-triggered and idempotent: observe the clouds, stop what must stop, step
-every job (the next state of a job whose attempt ended, placement, launch intents), launch
-the new intents and adopt the old ones, collect leaks. Every cloud call is preceded by a
+Each pass is level-triggered and idempotent: observe the clouds, stop what must stop,
+replace the lost nodes of running gangs, step every job (the next state of a job whose
+attempt ended, placement, launch intents), launch the new intents and adopt the old ones,
+collect leaks. Every cloud call is preceded by a
 committed intent, so a crash between any two steps is repaired by the next pass. Budget
 accrual and enforcement run as their own task (`accrue`) and never wait on a cloud call.
 """
@@ -32,6 +33,7 @@ from scheduler.daemon.controllers.base import (
     Observations,
     hours,
 )
+from scheduler.daemon.controllers.gang_recovery import GangRecovery
 from scheduler.daemon.controllers.instances import InstanceController
 from scheduler.daemon.controllers.job.controller import JobController
 from scheduler.daemon.controllers.launch.controller import LaunchController
@@ -91,8 +93,18 @@ class Reconciler:
             on_budget_stop=lambda: self.budget_stops.wake(),
         )
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
+        self.gangs = GangRecovery(
+            self.db, clock, clouds, self.stores, self.catalogs, cfg, self.spend
+        )
         self.instances = InstanceController(
-            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end, self.observations
+            self.db,
+            clock,
+            clouds,
+            self.stores,
+            cfg,
+            self.spend.bill_to_end,
+            self.observations,
+            self.gangs.on_loss,
         )
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
@@ -184,6 +196,7 @@ class Reconciler:
         self._guarded("accrue", self.spend.accrue)
         self._guarded("stop", self.stops.step)
         self._guarded("observe", self.instances.observe)
+        self._guarded("gangs", self.gangs.step)  # replace lost nodes of running gangs
         intents: list[str] = []
 
         def step_jobs() -> None:

@@ -153,11 +153,22 @@ class AttemptInstance(SQLModel, table=True):
     columns; a gang's cost is the sum over its rows, each billed from its own launch to its
     own end at the price actually paid."""
 
-    __table_args__ = (sa.UniqueConstraint("attempt_id", "node"),)
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "attempt_id", "node", "round", name="uq_attemptinstance_attempt_node_round"
+        ),
+    )
 
-    id: str = Field(primary_key=True)  # "<attempt id>-n<node>"
+    id: str = Field(primary_key=True)  # "<attempt id>-n<node>", "-r<round>" after round 0
     attempt_id: str = Field(index=True, foreign_key="attempt.id")
     node: int = 0
+    # The rendezvous round the instance joined: 0 for the gang as launched, r for a node
+    # that replaced a lost one in round r (GangRound); a node's latest round is its current.
+    round: int = 0
+    # Set on a replacement in another pool than the attempt's (the same zone and instance
+    # type, the other market): billed at this price rather than the attempt's.
+    pool: str = ""
+    price_per_hour: float | None = None
     instance_id: str | None = Field(default=None, index=True)
     instance_scope: str = ""
     region: str = ""
@@ -170,6 +181,34 @@ class AttemptInstance(SQLModel, table=True):
     end_reason: str | None = None  # what the cloud said (providers.base.EndReason)
     exit_code: int | None = None
     cost_usd: float = 0.0
+
+
+class GangRound(SQLModel, table=True):
+    """One recovery of a running gang that lost nodes: the decision (replace the lost nodes,
+    keep the others; or re-place the gang whole) and, for a replacement, its progress. The
+    replacement nodes are AttemptInstance rows of the same attempt in this round, written
+    as the intent before their launch; the survivors learn the round from the checkpoint
+    store (trainer.rendezvous)."""
+
+    __table_args__ = (sa.UniqueConstraint("attempt_id", "round"),)
+
+    id: str = Field(primary_key=True)  # "<attempt id>-r<round>"
+    attempt_id: str = Field(index=True, foreign_key="attempt.id")
+    round: int
+    nodes: str  # the node ranks replaced, "1" or "0,2"
+    lost: str = ""  # the instances that were lost or noticed
+    # replacing -> resumed (every current node runs) | abandoned (re-placed whole);
+    # whole: the decision was to re-place the gang (kept for the record and the bench).
+    state: str = Field(default="replacing", index=True)
+    reason: str = ""  # the decision, in words, with its figures
+    pool: str = ""  # where the replacements go
+    price_per_hour: float = 0.0
+    decided_at: datetime = _utc()
+    deadline: datetime | None = _utc(default=None)  # the wait bound: re-placed whole after
+    directive_at: datetime | None = _utc(default=None)  # the round written to the store
+    resumed_at: datetime | None = _utc(default=None)
+    ended_at: datetime | None = _utc(default=None)
+    detail: str = ""
 
 
 class PriceSample(SQLModel, table=True):

@@ -145,7 +145,7 @@ _ATTEMPT_COLUMNS = (
     "end_reason", "exit_code", "cost_usd", "nodes", "detail", "stop_reason", "notice_at",
 )  # fmt: skip
 _NODE_COLUMNS = (
-    "attempt_id", "node", "instance_id", "zone", "state", "started_at", "ended_at",
+    "attempt_id", "node", "round", "instance_id", "zone", "state", "started_at", "ended_at",
     "end_reason", "exit_code", "cost_usd",
 )  # fmt: skip
 _EVENT_COLUMNS = ("id", "at", "level", "kind", "job_id", "attempt_id", "message", "actor")
@@ -158,6 +158,8 @@ def _select(table: str, columns: tuple[str, ...]) -> str:
 def _node_row(n: dict[str, Any]) -> dict[str, Any]:
     return {
         "node": n["node"],
+        # 0: launched with the gang; r: replaced a lost node in rendezvous round r.
+        "round": n["round"],
         "instance_id": n["instance_id"],
         "zone": n["zone"],
         "state": n["state"] or None,
@@ -564,7 +566,7 @@ def job_detail(
         if ids:
             for r in query(
                 f"{_select('attemptinstance', _NODE_COLUMNS)} "
-                f"WHERE attempt_id IN ({placeholders(ids)}) ORDER BY node",
+                f"WHERE attempt_id IN ({placeholders(ids)}) ORDER BY node, round",
                 ids,
             ):
                 n = dict(zip(_NODE_COLUMNS, r, strict=True))

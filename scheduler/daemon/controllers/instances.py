@@ -30,6 +30,7 @@ from providers.base import (
     FailureKind,
     Instance,
     InstanceState,
+    LaunchFailure,
     Market,
     ResourceRef,
 )
@@ -52,6 +53,9 @@ from scheduler.daemon.controllers.base import (
     safe_message,
 )
 from scheduler.daemon.controllers.gang import (
+    GangLossHook,
+    classified_rows,
+    current_rows,
     mark_gang_capacity,
     nodes_of,
     observe_node,
@@ -93,10 +97,14 @@ class InstanceController:
         config: Callable[[], Config],
         bill_to_end: Callable[[Session, datetime, list[str]], None],
         observations: Observations | None = None,
+        on_gang_loss: GangLossHook | None = None,
     ) -> None:
         self._config = config
         self.observations = observations or Observations()
         self.said = SaidOnce()  # describe_failed, once per reason and provider
+        # Nodes of a running gang lost or noticed: True when they are being replaced
+        # (GangRecovery.on_loss); otherwise the others are stopped and the gang re-placed.
+        self._on_gang_loss = on_gang_loss
         self.db = db
         self.clock = clock
         self._clouds = clouds
@@ -189,14 +197,14 @@ class InstanceController:
             seen = {i.id: i for i in (r.value or [])} if r is not None else {}
             delay = clouds.providers[a.provider].capabilities.visibility_delay
             since = a.launch_requested_at or a.created_at
-            views: dict[int, Instance] = {}
+            views: dict[str, Instance] = {}  # by node row: a replaced node has two
             for row in nodes.get(a.id, []):
                 inst = seen.get(row.instance_id or "")
                 if inst is None or row.state is AttemptState.ENDED:
                     continue
                 if inst.state is InstanceState.NOT_FOUND and now - since < delay:
                     continue
-                views[row.node] = inst
+                views[row.id] = inst
             self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
         answered = [n for n, r in results.items() if r.error is None]
         for name in answered:
@@ -210,13 +218,13 @@ class InstanceController:
         a: Attempt,
         uri: str,
         rows: list[AttemptInstance],
-        views: dict[int, Instance],
+        views: dict[str, Instance],
         now: datetime,
     ) -> None:
         """One gang: its nodes' rows follow the cloud, then the gang follows its nodes."""
         gone = (InstanceState.ENDED, InstanceState.NOT_FOUND)
         all_end = bool(rows) and all(
-            r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
+            r.state is AttemptState.ENDED or (r.id in views and views[r.id].state in gone)
             for r in rows
         )
         done, code = False, None
@@ -237,16 +245,16 @@ class InstanceController:
             mine = s.exec(
                 select(AttemptInstance)
                 .where(AttemptInstance.attempt_id == a.id)
-                .order_by(col(AttemptInstance.node))
+                .order_by(col(AttemptInstance.node), col(AttemptInstance.round))
             ).all()
-            failures: dict[int, FailureKind] = {}
+            failures: dict[str, LaunchFailure] = {}
             node_ended = False
             for r in mine:
-                inst = views.get(r.node)
+                inst = views.get(r.id)
                 if inst is None:
                     continue
                 if inst.failure is not None:
-                    failures[r.node] = inst.failure.kind
+                    failures[r.id] = inst.failure
                 was = r.state
                 observe_node(r, inst, now)
                 s.add(r)
@@ -265,7 +273,10 @@ class InstanceController:
             started = [r.started_at for r in mine if r.started_at is not None]
             if started and a.started_at is None:
                 a.started_at = a.accrued_until = min(started)
-            noticed = [r for r in mine if r.notice_at is not None]
+            # What the gang is now: a node replaced in a later round is its replacement; the
+            # row it superseded bills until it ends but no longer speaks for the gang.
+            current = current_rows(mine)
+            noticed = [r for r in current if r.notice_at is not None]
             if noticed and a.notice_at is None:
                 first = min(noticed, key=lambda r: r.notice_at)  # type: ignore[arg-type,return-value]
                 a.notice_at = first.notice_at
@@ -289,7 +300,16 @@ class InstanceController:
                 return
             if node_ended:  # one node's end, while its peers run: billed to its end now
                 self._bill_to_end(s, now, [a.id])
-            lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
+            lost = [r for r in current if r.state is AttemptState.ENDED and _lost_node(r)]
+            losses = list({r.id: r for r in noticed + lost}.values())
+            if (
+                losses
+                and a.stop_requested_at is None
+                and self._on_gang_loss is not None
+                and self._on_gang_loss(s, a, list(mine), losses, now)
+            ):
+                # Replacing them (gang_recovery): the others keep running, the gang goes on.
+                noticed, lost = [], []
             if (noticed or lost) and a.stop_requested_at is None:
                 # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
                 request_stop(s, a, PEER_STOP, now)
@@ -344,7 +364,7 @@ class InstanceController:
         s,  # type: ignore[no-untyped-def]
         a: Attempt,
         rows: list[AttemptInstance],
-        failures: dict[int, FailureKind],
+        failures: dict[str, LaunchFailure],
         done: bool,
         code: int | None,
         now: datetime,
@@ -355,10 +375,10 @@ class InstanceController:
                 r.exit_code if r.exit_code is not None else code,
                 done,
                 None,
-                failures.get(r.node)
+                (f.kind if (f := failures.get(r.id)) is not None else None)
                 or (FailureKind.FATAL if r.end_reason == EndReason.LAUNCH_FAILED.value else None),
             )
-            for r in rows
+            for r in classified_rows(rows)
         ]
         # An end the cloud reported from before our stop was not our stop's doing.
         ours = a.stop_reason
@@ -374,6 +394,8 @@ class InstanceController:
         a.end_reason = end
         a.exit_code = code if code is not None else rows[0].exit_code
         s.add(a)
+        if end is AttemptEnd.LAUNCH_FAILED and failures:
+            self._gang_launch_failed(s, a, list(failures.values()), now)
         if a.market == Market.SPOT.value:
             ps = s.get(PoolState, a.pool) or PoolState(pool=a.pool)
             # Learned per node-hour: a gang of N is N nodes' exposure, one interruption.
@@ -390,11 +412,31 @@ class InstanceController:
             s,
             now,
             f"attempt_{end.value}",
-            f"gang of {len(rows)} on {a.pool} ended: {end.value}",
+            f"gang of {a.nodes} on {a.pool} ended: {end.value}",
             job_id=a.job_id,
             attempt_id=a.id,
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
         )
+
+    def _gang_launch_failed(
+        self, s: Session, a: Attempt, failures: list[LaunchFailure], now: datetime
+    ) -> None:
+        """A gang whose launch failed after it returned (GCE's bulk operation, an Azure node's
+        allocation): the pool is marked for gangs larger than what it held, or for everyone
+        when it held none; a permission or setting marks nothing."""
+        f = next((x for x in failures if x.kind in (FailureKind.CAPACITY, FailureKind.QUOTA)),
+                 failures[0])  # fmt: skip
+        a.detail = f.message[:500]
+        s.add(a)
+        if f.kind is FailureKind.SETUP:
+            return
+        ttl = self._config().daemon.unavailable_ttl
+        if f.held is not None and 0 < f.held < a.nodes:
+            what = "before the capacity error"
+            why = gang_shortfall(f.held, a.nodes, a.instance_type, a.zone, what)
+            mark_gang_capacity(s, f.pool or a.pool, f.held, why, now, ttl)
+        else:
+            mark_unavailable(s, f.pool or a.pool, f.message, now, ttl)
 
     def _apply_all(self, items: list[tuple[_Live, Instance]], now: datetime) -> None:
         """Record what the listing showed: store reads first (I/O, outside any transaction),

@@ -7,8 +7,8 @@ requests; the StopController makes the cloud calls, so a slow terminate never de
 decision that keeps a hard budget.
 
 A gang is billed per node: each of its AttemptInstance rows from that instance's own launch
-to its own end, at the attempt's interval price; the attempt's cost is their sum, and its
-burn (what budgets reserve) is N x the price.
+to its own end, at the attempt's interval price (a replacement node in another pool at its
+own); the attempt's cost is their sum, and its burn (what budgets reserve) is N x the price.
 """
 
 from __future__ import annotations
@@ -249,7 +249,9 @@ class SpendController:
             end = r.ended_at or a.ended_at or live_end(start, now, upto)
             if end == start:
                 continue
-            incs = split_by_hour(start, end, price)
+            # A replacement in another pool (the other market) bills at its own price.
+            node_price = price if r.price_per_hour is None else r.price_per_hour
+            incs = split_by_hour(start, end, node_price)
             for inc in incs:
                 self._add_bucket(s, inc, a, job_name, team, ledger)
             usd = sum(i.usd for i in incs)

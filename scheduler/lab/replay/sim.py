@@ -12,6 +12,10 @@ Model, per tick of `gap_hours`:
   (billed), so costs stay comparable.
 - with `budget` (hard, USD), the daemon's budget rules decide per tick whether an attempt
   may launch or must stop, so spend never crosses it.
+- with `node_losses` (a gang's single-node losses, trace.gang_losses), a spot gang losing
+  one node is not interrupted: the node is replaced in place (the replace-one path), the
+  work since the last checkpoint is lost and the gang pays `restart_overhead` again, billed
+  in full (the others wait while the replacement boots), with no progress.
 """
 
 from __future__ import annotations
@@ -19,11 +23,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler.core.budget import BudgetRule, BudgetStatus, Window, max_affordable_price, must_stop
 from scheduler.core.policy.base import EPS, WAIT, Action, ActionKind, Observation, Policy
 
 from .trace import Trace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +54,7 @@ class Outcome:
     launches: int = 0
     failed_launches: int = 0
     interruptions: int = 0
+    replacements: int = 0  # gang nodes replaced in place (node_losses)
     lost_work: float = 0.0
     spot_hours: float = 0.0
     on_demand_hours: float = 0.0
@@ -61,6 +70,7 @@ def simulate(
     finish_late: bool = True,
     history: Trace | None = None,
     adversary: Callable[[int, Action | None, list[bool]], list[bool]] | None = None,
+    node_losses: np.ndarray | None = None,
 ) -> Outcome:
     """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
     policies that learn (the daemon has been watching the pools before the job came).
@@ -111,6 +121,17 @@ def simulate(
                 out.lost_work += done - ckpt
                 done = ckpt
             place = None
+        elif (
+            node_losses is not None
+            and place is not None
+            and place.kind is ActionKind.SPOT
+            and node_losses[zindex[place.zone or ""], t]
+        ):
+            out.replacements += 1
+            if job.checkpoint_interval > 0:
+                out.lost_work += done - ckpt
+                done = ckpt
+            remaining_oh += o
         prices = price_rows[t]
         if prices is not last_prices:
             price_map = dict(zip(zones, prices, strict=True))

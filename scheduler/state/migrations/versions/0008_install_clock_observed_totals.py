@@ -1,7 +1,7 @@
 """install id, clock reading, provider observations, budget running totals, foreign leaks
 
 Revision ID: 0008
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-20 09:00:00.000000
 
 `installation` holds this database's install id (made here, once: it tags every resource
@@ -24,7 +24,7 @@ from alembic import op
 import scheduler.state.models
 
 revision = "0008"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
