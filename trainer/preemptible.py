@@ -103,6 +103,7 @@ class Preemptible:
         )
         self.progress_interval = progress_interval
         self.last_saved_step: int | None = None
+        self._early_saved = False
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Preemptible:
@@ -212,15 +213,26 @@ class Preemptible:
 
     def step(self, step: int, state: dict[str, Any], loss: float | None = None) -> None:
         """Call once per step: progress, a save every ``save_every``, and stop on a notice."""
-        if self.should_stop():
+        early = self.watcher.early is not None and not self._early_saved
+        stop, early_any = distributed.sum_across(
+            [float(SIGTERM.received or self.watcher.seen), float(early)], self.info
+        )  # one small all-reduce: every rank agrees on both
+        if stop > 0:
             self.stop(step, state, loss)
-        if self.save_every and step % self.save_every == 0:
+        if early_any > 0:  # an early signal (AWS rebalance): one extra save, train on
+            self._early_saved = True
+            if self.watcher.early is not None:
+                self.progress.update(force=True, early_signal=self.watcher.early.record())
+            self.save(step, state)
+        elif self.save_every and step % self.save_every == 0:
             self.save(step, state)
         self.progress.update(step=step, loss=loss, state="running")
 
     def stop(self, step: int, state: dict[str, Any], loss: float | None = None) -> NoReturn:
         """Save what fits before the notice's deadline, record progress, exit 75."""
         notice = self.watcher.notice
+        if notice is not None:  # the daemon learns it from the store before the final save
+            self.progress.update(force=True, state="noticed", notice=notice.record())
         left = notice.seconds_left() if notice is not None else None
         plan, fits = final_save_plan(left, self.ckpt.last_save_seconds, self.ckpt.inflight_left())
         code = float(PLANS.index(plan)) if self.info.rank == 0 else 0.0  # rank 0 decides

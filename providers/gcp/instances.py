@@ -35,6 +35,7 @@ from providers.base import (
     not_found,
     pool_key,
 )
+from providers.gcp import ttl
 from providers.gcp.api import CLOUD, Api
 from providers.gcp.errors import api_codes, operation_failure, translate
 from providers.gcp.machine_series import boot_disk_type
@@ -158,6 +159,9 @@ class Instances:
         name = instance_name(request.token)
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
+        if o.market is Market.SPOT:  # the trainer counts the whole window from the notice
+            window = self._s.preemption_notice + ttl.SHUTDOWN_WINDOW
+            env["SPOTWISE_NOTICE_SECONDS"] = f"{window.total_seconds():g}"
         # LaunchRejected before any call.
         script = build_startup_script(request.command, env, gpus=o.gpu_count)
         ref = ResourceRef(name, o.region, o.zone, make_scope(o.instance_type, o.market))
@@ -221,6 +225,9 @@ class Instances:
         if o.market is Market.SPOT:
             sched.provisioning_model = "SPOT"
             sched.instance_termination_action = "DELETE"
+            notice = int(s.preemption_notice.total_seconds())
+            if notice > 0:
+                sched.preemption_notice_duration = compute_v1.Duration(seconds=notice)
         elif s.flex_start_max_run is not None:  # DWS flex-start
             sched.provisioning_model = "FLEX_START"
             sched.instance_termination_action = "DELETE"
