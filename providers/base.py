@@ -168,6 +168,9 @@ class Instance:
     exit_code: int | None = None
     # Set when the cloud has announced an interruption that has not happened yet.
     notice_at: datetime | None = None
+    # An early interruption signal: the cloud sees the instance at elevated risk (AWS
+    # rebalance recommendation), not yet a notice.
+    early_signal_at: datetime | None = None
     failure: LaunchFailure | None = None  # with end_reason LAUNCH_FAILED
     scope: str = ""
     node: int = 0

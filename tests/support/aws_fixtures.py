@@ -283,6 +283,25 @@ def user_data(moto_url: str, instance_id: str) -> str:
     return base64.b64decode(attr["UserData"]["Value"]).decode()
 
 
+def eventbridge_rebalance(instance_id: str, when: datetime) -> str:
+    """The "EC2 Instance Rebalance Recommendation" event, shaped as the EC2 User Guide's
+    example ("EC2 instance rebalance recommendations", EventBridge): detail has the
+    instance id only."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": "12345678-1234-1234-1234-123456789012",
+            "detail-type": "EC2 Instance Rebalance Recommendation",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": REGION,
+            "resources": [f"arn:aws:ec2:{REGION}b:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id},
+        }
+    )
+
+
 def eventbridge_warning(instance_id: str, when: datetime) -> str:
     return json.dumps(
         {

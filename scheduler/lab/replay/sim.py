@@ -17,7 +17,7 @@ Model, per tick of `gap_hours`:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from scheduler.core.budget import BudgetRule, BudgetStatus, Window, max_affordable_price, must_stop
@@ -52,6 +52,7 @@ class Outcome:
     migrations: int = 0
     late_cost: float = 0.0  # on-demand spend after a missed deadline
     budget_stopped: bool = False
+    early_saves: int = 0  # checkpoints taken on an early signal
 
 
 def simulate(
@@ -61,12 +62,17 @@ def simulate(
     finish_late: bool = True,
     history: Trace | None = None,
     adversary: Callable[[int, Action | None, list[bool]], list[bool]] | None = None,
+    early_signals: Mapping[int, frozenset[str]] | None = None,
 ) -> Outcome:
     """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
     policies that learn (the daemon has been watching the pools before the job came).
 
     `adversary(tick, running, available)` may rewrite each tick's availability from what
-    the policy is running (an adaptive adversary, e.g. one that kills every spot launch)."""
+    the policy is running (an adaptive adversary, e.g. one that kills every spot launch).
+
+    `early_signals` (tick -> zones) are rebalance recommendations: a spot attempt in one of
+    those zones saves at once (the trainer's early checkpoint) and the policy sees the zones
+    in `Observation.at_risk`."""
     g = trace.gap_hours
     zones = trace.zones
     zindex = {z: i for i, z in enumerate(zones)}
@@ -111,6 +117,10 @@ def simulate(
                 out.lost_work += done - ckpt
                 done = ckpt
             place = None
+        at_risk = early_signals.get(t, frozenset()) if early_signals else frozenset()
+        if place is not None and place.kind is ActionKind.SPOT and place.zone in at_risk:
+            ckpt = done  # the early save: nothing since it is lost if the notice follows
+            out.early_saves += 1
         prices = price_rows[t]
         if prices is not last_prices:
             price_map = dict(zip(zones, prices, strict=True))
@@ -131,6 +141,7 @@ def simulate(
             spent=out.cost,
             checkpoint_interval=job.checkpoint_interval,
             work_at_risk=done - ckpt if job.checkpoint_interval > 0 else 0.0,
+            at_risk=at_risk,
         )
         policy.observe(obs)
         action = policy.decide(obs)
@@ -185,7 +196,10 @@ def simulate(
         ckpt = (
             done
             if job.checkpoint_interval <= 0
-            else math.floor(done / job.checkpoint_interval + EPS) * job.checkpoint_interval
+            else max(  # periodic saves, or a later early save
+                ckpt,
+                math.floor(done / job.checkpoint_interval + EPS) * job.checkpoint_interval,
+            )
         )
         if done >= job.work - EPS:
             out.finished = True
