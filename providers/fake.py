@@ -225,6 +225,7 @@ class FakeCloud:
         inst.state, inst.end_reason, inst.exit_code = InstanceState.ENDED, reason, exit_code
         inst.ended_at = at
         inst.notice_at = None
+        inst.early_signal_at = None
 
     def end(self, instance_id: str, reason: EndReason, exit_code: int | None = None) -> None:
         with self._lock:
@@ -234,6 +235,11 @@ class FakeCloud:
         """The cloud announces an interruption (the instance keeps running for now)."""
         with self._lock:
             self.instances[instance_id].notice_at = self._now()
+
+    def early_signal(self, instance_id: str) -> None:
+        """The cloud sees the instance at elevated risk (a rebalance recommendation)."""
+        with self._lock:
+            self.instances[instance_id].early_signal_at = self._now()
 
     def set_offerings(self, offerings: Sequence[Offering]) -> None:
         with self._lock:

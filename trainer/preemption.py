@@ -40,7 +40,7 @@ def notice_seconds(default: float = DEFAULT_NOTICE_SECONDS) -> float:
     """The notice window the launch asked for ($SPOTWISE_NOTICE_SECONDS: GCP's
     preemptionNoticeDuration plus the shutdown window), else `default`."""
     try:
-        value = float(env_or(None, "SPOTWISE_NOTICE_SECONDS", ""))
+        value = float(env_or("", "SPOTWISE_NOTICE_SECONDS", ""))
     except ValueError:
         return default
     return value if value > 0 else default

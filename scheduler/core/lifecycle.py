@@ -22,6 +22,7 @@ STOP_ENDS = {
     "budget": AttemptEnd.BUDGET,
     "policy": AttemptEnd.MIGRATED,
     "price": AttemptEnd.MIGRATED,
+    "rebalance": AttemptEnd.MIGRATED,  # moved early on a rebalance recommendation
     "launch_timeout": AttemptEnd.LAUNCH_FAILED,
     "launch_failed": AttemptEnd.LAUNCH_FAILED,  # a gang that did not come up whole
     "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted

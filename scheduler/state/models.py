@@ -140,7 +140,7 @@ class Attempt(SQLModel, table=True):
     notice_at: datetime | None = _utc(default=None)
     # An early interruption signal (AWS rebalance recommendation), and what the daemon did
     # about it: "" (not decided yet), "moved" or "waited".
-    early_signal_at: datetime | None = _utc(default=None)
+    early_signal_at: datetime | None = _utc(default=None, index=True)
     early_action: str = ""
     end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None

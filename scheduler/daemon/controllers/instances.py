@@ -78,6 +78,7 @@ class _Live:
     launching: bool = False
     started: bool = False
     noticed: bool = False
+    signalled: bool = False  # an early signal is recorded
 
 
 class InstanceController:
@@ -123,6 +124,7 @@ class InstanceController:
                 a.state is AttemptState.LAUNCHING,
                 a.started_at is not None,
                 a.notice_at is not None,
+                a.early_signal_at is not None,
             )
             for a, uri in rows
             if a.nodes <= 1
@@ -415,6 +417,7 @@ class InstanceController:
             and not x.launching
             and x.started
             and (inst.notice_at is None or x.noticed)
+            and (inst.early_signal_at is None or x.signalled)
         ):
             return None  # running, as already recorded: `_running` would change nothing
         if inst.state not in (InstanceState.ENDED, InstanceState.NOT_FOUND):
@@ -520,6 +523,16 @@ class InstanceController:
                 job_id=a.job_id,
                 attempt_id=a.id,
                 level="warning",
+            )
+        if inst.early_signal_at is not None and a.early_signal_at is None:
+            a.early_signal_at = inst.early_signal_at  # the job step decides what to do
+            emit(
+                s,
+                now,
+                "early_signal",
+                f"{a.pool}: rebalance recommended for {a.instance_id}; the job saves early",
+                job_id=a.job_id,
+                attempt_id=a.id,
             )
         s.add(a)
 

@@ -27,6 +27,7 @@ from scheduler.core.placement import Requirements, expected_cost
 from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.checkpoints import ProgressReads, StoreError
 from scheduler.daemon.controllers.base import LIVE, hours
+from scheduler.daemon.controllers.job import signals
 from scheduler.daemon.controllers.job.deadline_advice import advise, deadline_job
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.job.writes import LiveUpdate
@@ -82,6 +83,8 @@ class RunningJobs:
             return False
         if job.step_failures:
             return False
+        if signals.news(a, progress):
+            return False
         if a.stop_requested_at is not None:
             return True
         if job.cancel_requested:
@@ -91,6 +94,8 @@ class RunningJobs:
         if a.state is AttemptState.LAUNCHING and job.state is not JobState.LAUNCHING:
             return False
         if a.state is AttemptState.RUNNING and self._placing():
+            if signals.undecided(a):
+                return False
             spec = facts.spec(job.spec_json)
             if job.deadline is not None and spec.gpu_hours:
                 return False  # the policy is asked, and what it learns saved, in the write
@@ -111,6 +116,7 @@ class RunningJobs:
         if job_w is None or a_w is None or a_w.state not in LIVE:
             return
         record_progress(job_w, progress)
+        signals.record(s, job_w, a_w, progress, now)
         if job_w.step_failures:
             job_w.step_failures, job_w.last_error = 0, ""
         if job_w.cancel_requested and a_w.stop_requested_at is None:
@@ -133,7 +139,9 @@ class RunningJobs:
                 job_w.updated_at = now
             if a_w.state is AttemptState.RUNNING and self._placing():
                 spec = facts.spec(job_w.spec_json)
-                if job_w.deadline is not None and spec.gpu_hours:
+                if signals.undecided(a_w):
+                    signals.act(s, job_w, a_w, spec, facts, self._config(), now)
+                if a_w.stop_requested_at is None and job_w.deadline is not None and spec.gpu_hours:
                     self._follow_deadline_policy(s, job_w, a_w, facts, now)
                 if a_w.stop_requested_at is None and follows_prices(spec, a_w):
                     self._follow_prices(s, job_w, a_w, spec, facts, now)

@@ -9,6 +9,7 @@ let go, every progress.json the pass needs, read as one concurrent batch.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -18,6 +19,7 @@ from sqlmodel import Session, col, func, select
 
 from providers.base import Market
 from scheduler.core import budget as budgets
+from scheduler.core import early_signals
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
 from scheduler.core.jobspec import JobSpec
@@ -198,6 +200,14 @@ def read_facts(
             rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
                 p.exposure_hours + PRIOR_HOURS
             )
+    # A pool where an instance got an early signal lately is riskier for everyone, whether
+    # that instance is still there or the job moved (`early_signal_at` is indexed).
+    raised = signal_hazard(cfg.policy.early_signal_probability)
+    since = now - timedelta(hours=early_signals.SIGNAL_HORIZON_HOURS)
+    for pool in s.exec(
+        select(Attempt.pool).where(col(Attempt.early_signal_at) > since).distinct()
+    ).all():
+        rates[pool] = max(rates.get(pool, prior), raised)
     cat = snap.catalog
     return PassFacts(
         now=now,
@@ -210,6 +220,13 @@ def read_facts(
         catalog=cat,
         memo=Candidates(cat),
     )
+
+
+def signal_hazard(probability: float) -> float:
+    """The hazard per hour that gives `probability` of an interruption over the signal's
+    horizon (scheduler.core.early_signals)."""
+    p = min(max(probability, 0.0), 0.999)
+    return -math.log(1.0 - p) / early_signals.SIGNAL_HORIZON_HOURS
 
 
 def _active(chunk: list[str] | None) -> sa.ColumnElement[bool]:
@@ -272,7 +289,10 @@ def read_snapshot(
             .join(Job, joined)
             .where(
                 active,
-                Attempt.end_reason == AttemptEnd.INTERRUPTED,
+                sa.or_(
+                    col(Attempt.end_reason) == AttemptEnd.INTERRUPTED,
+                    col(Attempt.stop_reason) == "rebalance",  # it left on an early signal
+                ),
                 col(Attempt.ended_at) > recent,
             )
         ).all():

@@ -40,6 +40,7 @@ def upgrade() -> None:
             sa.Column("early_signal_at", scheduler.state.models.UTCDateTime(), nullable=True)
         )
         batch_op.add_column(_text("early_action"))
+        batch_op.create_index("ix_attempt_early_signal_at", ["early_signal_at"], unique=False)
     with op.batch_alter_table("poolstate", schema=None) as batch_op:
         batch_op.add_column(sa.Column("prior_rate", sa.Float(), nullable=True))
         batch_op.add_column(_text("prior_source"))
@@ -57,5 +58,6 @@ def downgrade() -> None:
         for name in ("outage_since", "outage_hours", "prior_at", "prior_source", "prior_rate"):
             batch_op.drop_column(name)
     with op.batch_alter_table("attempt", schema=None) as batch_op:
+        batch_op.drop_index("ix_attempt_early_signal_at")
         batch_op.drop_column("early_action")
         batch_op.drop_column("early_signal_at")
