@@ -22,6 +22,8 @@ from scheduler.core import budget as budgets
 from scheduler.core import early_signals
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
+from scheduler.core.hazard import PRIOR_HOURS as hazard_prior_hours
+from scheduler.core.hazard import fused_rate
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import (
     Candidates,
@@ -44,7 +46,7 @@ from scheduler.daemon.controllers.rows import CHUNK
 from scheduler.daemon.controllers.spend import SpendController
 from scheduler.state.models import Attempt, Job, PoolState
 
-PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure
+PRIOR_HOURS = hazard_prior_hours  # weight of the interruption prior, in observed hours
 
 
 @dataclass
@@ -196,10 +198,11 @@ def read_facts(
                 gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
         if p.unavailable_until is not None and p.unavailable_until > now:
             unavailable[p.pool] = p.unavailable_until
-        if p.interruptions or p.exposure_hours:
-            rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
-                p.exposure_hours + PRIOR_HOURS
-            )
+        if p.interruptions or p.exposure_hours or p.prior_rate is not None:
+            # the cloud's own risk data where it gave any, else the configured prior,
+            # updated with what the daemon observed in the pool
+            start = prior if p.prior_rate is None else p.prior_rate
+            rates[p.pool] = fused_rate(start, p.interruptions, p.exposure_hours, PRIOR_HOURS)
     # A pool where an instance got an early signal lately is riskier for everyone, whether
     # that instance is still there or the job moved (`early_signal_at` is indexed).
     raised = signal_hazard(cfg.policy.early_signal_probability)
