@@ -31,6 +31,14 @@ PREEMPTION_NOTICE = timedelta(seconds=120)
 # The shutdown window GCE gives after the soft-off (Compute Engine: "Preemption process").
 SHUTDOWN_WINDOW = timedelta(seconds=30)
 
+# Capacity advice (advice.capacity): each (zone, shape) is asked at most once per
+# RISK_REFRESH, and at most RISK_CALLS_PER_POLL new ones per price poll, so a large catalog
+# is scored over a few polls and the API's per-project quota is never spent in one burst;
+# "best-effort ... based on historical data and current conditions" (the API reference) moves
+# slowly enough for that.
+RISK_REFRESH = timedelta(hours=6)
+RISK_CALLS_PER_POLL = 10
+
 # Per HTTP request (google-api-core passes it to requests).
 REQUEST_TIMEOUT = timedelta(seconds=60)
 
