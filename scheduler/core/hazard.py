@@ -22,7 +22,7 @@ configured `[policy] spot_interruption_prior`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from providers.base import RiskKind, RiskSignal
 
@@ -95,3 +95,24 @@ def fused_rate(
 ) -> float:
     """The pool's rate: its prior (worth `weight` hours) updated with what was observed."""
     return (interruptions + prior * weight) / (exposure_hours + weight)
+
+
+# "Avoid after interrupt", learned: the outages a pool's interruptions began (from the
+# interruption to the next launch there that ran), the newest MAX_OUTAGES of them; with at
+# least MIN_OUTAGES the pool's own median outage replaces the configured constant, within
+# [AVOID_FLOOR, AVOID_CAP] (a job waits for its pool no longer than a day on this account).
+MAX_OUTAGES = 20
+MIN_OUTAGES = 3
+AVOID_FLOOR_HOURS = 5 / 60
+AVOID_CAP_HOURS = 24.0
+
+
+def avoid_hours(outages: Sequence[float], default_hours: float) -> float:
+    """How long a job should stay away from a pool that just interrupted it: the median of
+    its recent outages once it has MIN_OUTAGES of them, else `default_hours`."""
+    recent = sorted(h for h in outages[-MAX_OUTAGES:] if h >= 0)
+    if len(recent) < MIN_OUTAGES:
+        return default_hours
+    mid = len(recent) // 2
+    median = recent[mid] if len(recent) % 2 else (recent[mid - 1] + recent[mid]) / 2
+    return min(max(median, AVOID_FLOOR_HOURS), AVOID_CAP_HOURS)

@@ -181,6 +181,16 @@ class JobSpec(BaseModel):
     # "on-price": a running attempt moves when another pool is clearly cheaper
     # (scheduler.core.price_moves)
     migrate: Literal["never", "on-price"] = "on-price"
+    # A wall-clock cap from the job's first start: past it the job is stopped (checkpointed)
+    # and FAILED, whatever its progress.
+    max_duration: PositiveDuration | None = None
+    # Interruptions recovered before the job fails ([daemon] max_preemptions when unset); 0:
+    # no recovery, the first interruption fails the job.
+    max_preemptions: int | None = Field(default=None, ge=0, le=1_000_000)
+    # After this many interruptions within `fallback_window`, the rest runs on on-demand
+    # (jobs without a deadline: a deadline job's policy decides that itself).
+    fallback_after: int | None = Field(default=None, ge=1, le=1_000)
+    fallback_window: PositiveDuration = timedelta(hours=24)
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("team")
@@ -337,6 +347,13 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.fallback_after is not None and self.deadline is not None:
+            raise ValueError(
+                "fallback_after is for jobs without a deadline: a deadline job's policy "
+                "moves it to on-demand when its slack runs out"
+            )
+        if self.fallback_after is not None and self.spot is SpotPreference.ONLY:
+            raise ValueError("fallback_after needs on-demand, which spot = 'only' forbids")
         for spec in self.gpu_specs():
             info = gpu_registry.get_model(spec.model) if spec.model else None
             if info and spec.min_memory_gb > max(info.memory_gb) + 0.5:

@@ -361,6 +361,7 @@ class InstanceController:
             if end is AttemptEnd.INTERRUPTED:
                 ps.interruptions += 1
                 ps.last_interrupted_at = a.ended_at
+                ps.outage_since = ps.outage_since or a.ended_at  # until a launch there runs
             s.add(ps)
         emit(
             s,
@@ -592,6 +593,7 @@ class InstanceController:
         if end is AttemptEnd.INTERRUPTED:
             ps.interruptions += 1
             ps.last_interrupted_at = a.ended_at
+            ps.outage_since = ps.outage_since or a.ended_at  # until a launch there runs
         s.add(ps)
 
 

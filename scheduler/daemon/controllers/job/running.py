@@ -89,6 +89,8 @@ class RunningJobs:
             return True
         if job.cancel_requested:
             return False
+        if signals.may_be_over_duration(job, facts.spec(job.spec_json), now):
+            return False
         if a.state is AttemptState.RUNNING and job.state is not JobState.RUNNING:
             return False
         if a.state is AttemptState.LAUNCHING and job.state is not JobState.LAUNCHING:
@@ -129,6 +131,10 @@ class RunningJobs:
                 job_id=job_w.id,
                 attempt_id=a_w.id,
             )
+        elif a_w.stop_requested_at is None and signals.stop_over_duration(
+            s, job_w, a_w, facts.spec(job_w.spec_json), now
+        ):
+            pass  # checkpointing and stopping: it fails once it has ended
         elif a_w.stop_requested_at is None:
             if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
                 job_w.state = JobState.RUNNING

@@ -1,4 +1,5 @@
-"""Interruption signals a running job's trainer wrote to its store, and the early move.
+"""Interruption signals a running job's trainer wrote to its store, the early move, and the
+job's wall-clock cap (`max_duration`).
 
 The trainer names a notice in progress.json the moment it sees one (every cloud's, not only
 the AWS warning the daemon reads from its queue) and an early signal (an AWS rebalance
@@ -14,7 +15,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlmodel import Session
+from sqlmodel import Session, func, select
 
 from providers.base import Market
 from scheduler.core import early_signals, price_moves
@@ -142,3 +143,28 @@ def act(
         job_id=job.id,
         attempt_id=a.id,
     )
+
+
+def may_be_over_duration(job: Job, spec: JobSpec, now: datetime) -> bool:
+    """Whether the job may have run past `max_duration`: judged on the snapshot without a
+    query (a job first starts after it is submitted), so a job within it costs no write."""
+    return spec.max_duration is not None and now - job.created_at >= spec.max_duration
+
+
+def stop_over_duration(s: Session, job: Job, a: Attempt, spec: JobSpec, now: datetime) -> bool:
+    """Ask the attempt to checkpoint and stop once the job has run `max_duration` since its
+    first start (its waits and recoveries count); the job FAILs when it has ended."""
+    cap = spec.max_duration
+    if cap is None or not may_be_over_duration(job, spec, now):
+        return False
+    first = s.exec(select(func.min(Attempt.started_at)).where(Attempt.job_id == job.id)).one()
+    if first is None or now - first < cap:
+        return False
+    why = f"ran past max_duration ({cap}) since its first start"
+    request_stop(s, a, "max_duration", now)
+    a.detail = why
+    job.reason = f"stopping: {why}"
+    job.updated_at = now
+    s.add(a)
+    emit(s, now, "max_duration", why, job_id=job.id, attempt_id=a.id, level="warning")
+    return True

@@ -9,6 +9,7 @@ let go, every progress.json the pass needs, read as one concurrent batch.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -22,8 +23,8 @@ from scheduler.core import budget as budgets
 from scheduler.core import early_signals
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
+from scheduler.core.hazard import AVOID_CAP_HOURS, avoid_hours, fused_rate
 from scheduler.core.hazard import PRIOR_HOURS as hazard_prior_hours
-from scheduler.core.hazard import fused_rate
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import (
     Candidates,
@@ -65,6 +66,11 @@ class PassFacts:
     catalog: Catalog = field(default_factory=Catalog.empty)
     # job id -> pools it was interrupted in recently (it should not return there yet)
     avoid: dict[str, frozenset[str]] = field(default_factory=dict)
+    # pool -> hours a job stays away after an interruption there, learned from the pool's
+    # outages (hazard.avoid_hours); pools not listed use [daemon] avoid_after_interrupt
+    avoid_hours: dict[str, float] = field(default_factory=dict)
+    # job id -> when each of its recent attempts was interrupted (fallback_after counts them)
+    interrupted_at: dict[str, list[datetime]] = field(default_factory=dict)
     memo: Candidates | None = None
     _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
     _specs: dict[str, JobSpec] = field(default_factory=dict)
@@ -188,6 +194,7 @@ def read_facts(
     prior = cfg.policy.spot_interruption_prior
     unavailable: dict[str, datetime] = {}
     rates: dict[str, float] = {}
+    learned_avoid: dict[str, list[float]] = {}
     snap = catalog.current  # one snapshot for the whole pass, even if prices swap
     # What the provider can launch at once, narrowed by what a pool was seen to hold.
     gang_capacity: dict[str, tuple[int, str]] = dict(snap.request_limit)
@@ -198,6 +205,8 @@ def read_facts(
                 gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
         if p.unavailable_until is not None and p.unavailable_until > now:
             unavailable[p.pool] = p.unavailable_until
+        if p.outage_hours and p.outage_hours != "[]":
+            learned_avoid[p.pool] = _outages(p.outage_hours)
         if p.interruptions or p.exposure_hours or p.prior_rate is not None:
             # the cloud's own risk data where it gave any, else the configured prior,
             # updated with what the daemon observed in the pool
@@ -212,7 +221,9 @@ def read_facts(
     ).all():
         rates[pool] = max(rates.get(pool, prior), raised)
     cat = snap.catalog
+    default_avoid = hours(cfg.daemon.avoid_after_interrupt)
     return PassFacts(
+        avoid_hours={p: avoid_hours(o, default_avoid) for p, o in learned_avoid.items()},
         now=now,
         unavailable=unavailable,
         rates=rates,
@@ -223,6 +234,13 @@ def read_facts(
         catalog=cat,
         memo=Candidates(cat),
     )
+
+
+def _outages(text: str) -> list[float]:
+    try:
+        return [float(h) for h in json.loads(text)]
+    except (TypeError, ValueError):
+        return []
 
 
 def signal_hazard(probability: float) -> float:
@@ -260,9 +278,21 @@ def read_snapshot(
     facts: PassFacts,
     avoid_after_interrupt: timedelta,
 ) -> Snapshot:
-    """The jobs' live and last attempts, and the pools each was recently interrupted
-    in: three queries per chunk of ids, none per job."""
-    recent = facts.now - avoid_after_interrupt
+    """The jobs' live and last attempts, the pools each was recently interrupted in (for
+    as long as that pool's learned avoid time, else `avoid_after_interrupt`), and when its
+    recent interruptions were (for `fallback_after`): three queries per chunk of ids, none
+    per job."""
+    default = hours(avoid_after_interrupt)
+    lookback = max(
+        [default, AVOID_CAP_HOURS]
+        + [
+            hours(spec.fallback_window)
+            for j in jobs
+            if (spec := facts.spec(j.spec_json)).fallback_after is not None
+        ]
+    )
+    recent = facts.now - timedelta(hours=lookback)
+    interrupted_at: dict[str, list[datetime]] = {}
     joined = col(Attempt.job_id) == col(Job.id)
     live: dict[str, Attempt] = {}
     last: dict[str, Attempt] = {}
@@ -287,8 +317,8 @@ def read_snapshot(
             )
         ).all():
             last[a.job_id] = a
-        for job_id, pool in s.exec(
-            select(Attempt.job_id, Attempt.pool)
+        for job_id, pool, ended_at, end_reason in s.exec(
+            select(Attempt.job_id, Attempt.pool, Attempt.ended_at, Attempt.end_reason)
             .join(Job, joined)
             .where(
                 active,
@@ -299,6 +329,11 @@ def read_snapshot(
                 col(Attempt.ended_at) > recent,
             )
         ).all():
-            avoid.setdefault(job_id, set()).add(pool)
+            assert ended_at is not None
+            if end_reason is AttemptEnd.INTERRUPTED:
+                interrupted_at.setdefault(job_id, []).append(ended_at)
+            if ended_at > facts.now - timedelta(hours=facts.avoid_hours.get(pool, default)):
+                avoid.setdefault(job_id, set()).add(pool)
     facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
+    facts.interrupted_at = interrupted_at
     return Snapshot(jobs, live, last)
