@@ -142,6 +142,9 @@ class Attempt(SQLModel, table=True):
     # about it: "" (not decided yet), "moved" or "waited".
     early_signal_at: datetime | None = _utc(default=None, index=True)
     early_action: str = ""
+    # "auto" checkpointing: the interval (seconds) the daemon last told this attempt, at
+    # launch and through the store (checkpoint_interval.json).
+    checkpoint_interval_s: float | None = None
     end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None
     detail: str = ""  # why it ended, in words (launch failures, lost)

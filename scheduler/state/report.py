@@ -33,7 +33,12 @@ from providers.base import Market, Offering, Provider
 from scheduler.core.budget import BudgetRule, Window, window_start
 from scheduler.core.catalog import Catalog
 from scheduler.core.jobspec import JobSpec, SpotPreference
-from scheduler.core.placement import PlacementContext, Requirements, candidates
+from scheduler.core.placement import (
+    DEFAULT_SPOT_INTERRUPTION_RATE,
+    PlacementContext,
+    Requirements,
+    candidates,
+)
 from scheduler.core.states import AttemptEnd
 from scheduler.state import calibration
 from scheduler.state.calibration import PoolCalibration
@@ -417,7 +422,11 @@ def lost_hours(a: AttemptFact, spec: JobSpec | None, w: ReportWindow) -> float:
     """Hours of an interrupted attempt's work redone after it: its last checkpoint interval."""
     if a.end_reason is not AttemptEnd.INTERRUPTED:
         return 0.0
-    interval = spec.checkpoint_interval if spec is not None else timedelta(minutes=10)
+    interval = (
+        spec.interval_at(DEFAULT_SPOT_INTERRUPTION_RATE)
+        if spec is not None
+        else timedelta(minutes=10)
+    )
     return w.clip(max(a.start, a.end - interval), a.end)
 
 

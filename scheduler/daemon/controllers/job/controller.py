@@ -26,8 +26,8 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.lifecycle import backoff_seconds
-from scheduler.core.states import JobState
-from scheduler.daemon.checkpoints import CheckpointStores, ProgressReader
+from scheduler.core.states import AttemptState, JobState
+from scheduler.daemon.checkpoints import CheckpointStores, ProgressReader, StoreError
 from scheduler.daemon.controllers.base import (
     LIVE,
     WRITE_BATCH,
@@ -36,6 +36,7 @@ from scheduler.daemon.controllers.base import (
     collections_paused,
     safe_message,
 )
+from scheduler.daemon.controllers.job import intervals
 from scheduler.daemon.controllers.job.ends import AttemptEnds
 from scheduler.daemon.controllers.job.holds import BudgetHolds
 from scheduler.daemon.controllers.job.placing import Placement
@@ -124,6 +125,14 @@ class JobController:
         now = self.clock.now()
         live = snap.live.get(job.id)
         if live is not None:
+            if live.state is AttemptState.RUNNING and live.stop_requested_at is None:
+                try:
+                    progress = snap.progress.progress(job.id)
+                except StoreError:
+                    progress = None
+                intervals.follow(
+                    self.db, self.stores, self._config(), job, live, progress, facts, now
+                )
             update = self.running.update(job, live, snap.progress, facts, now)
             if update is not None:
                 writes.live.append(update)

@@ -61,7 +61,12 @@ class Placement:
             return
         o = decision.offering
         note = decision.reason if decision.nodes < req.nodes else fallback
-        writes.intents.append(Intent(job.id, o, now, decision.nodes, note))
+        interval = None
+        if spec.auto_checkpoint:
+            rate = facts.rates.get(o.pool, self._config().policy.spot_interruption_prior)
+            spot = o.market is Market.SPOT
+            interval = spec.interval_at(rate if spot else 0.0).total_seconds()
+        writes.intents.append(Intent(job.id, o, now, decision.nodes, note, interval))
         # The next job in this pass sees the smaller headroom (the launch reserves its burn,
         # N x the price for a gang).
         facts.statuses = [

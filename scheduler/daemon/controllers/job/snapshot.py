@@ -27,6 +27,7 @@ from scheduler.core.hazard import AVOID_CAP_HOURS, avoid_hours, fused_rate
 from scheduler.core.hazard import PRIOR_HOURS as hazard_prior_hours
 from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import (
+    DEFAULT_SPOT_INTERRUPTION_RATE,
     Candidates,
     Decision,
     PlacementContext,
@@ -142,7 +143,7 @@ class PassFacts:
             interruption_rate=self.rates,
             rate_by_row=self.rate_by_row,
             restart_overhead_hours=hours(restart_overhead),
-            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            lost_work_hours=hours(spec.interval_at(DEFAULT_SPOT_INTERRUPTION_RATE)) / 2,
             gang_capacity=self.gang_capacity,
         )
 
@@ -236,6 +237,16 @@ def read_facts(
     )
 
 
+def _fallback_hours(facts: PassFacts, job: Job) -> float:
+    """How far back `fallback_after` counts for this job (0 without it, or with a spec this
+    version cannot read: its own step reports that, the pass goes on)."""
+    try:
+        spec = facts.spec(job.spec_json)
+    except ValueError:
+        return 0.0
+    return hours(spec.fallback_window) if spec.fallback_after is not None else 0.0
+
+
 def _outages(text: str) -> list[float]:
     try:
         return [float(h) for h in json.loads(text)]
@@ -283,14 +294,7 @@ def read_snapshot(
     recent interruptions were (for `fallback_after`): three queries per chunk of ids, none
     per job."""
     default = hours(avoid_after_interrupt)
-    lookback = max(
-        [default, AVOID_CAP_HOURS]
-        + [
-            hours(spec.fallback_window)
-            for j in jobs
-            if (spec := facts.spec(j.spec_json)).fallback_after is not None
-        ]
-    )
+    lookback = max([default, AVOID_CAP_HOURS] + [_fallback_hours(facts, j) for j in jobs])
     recent = facts.now - timedelta(hours=lookback)
     interrupted_at: dict[str, list[datetime]] = {}
     joined = col(Attempt.job_id) == col(Job.id)

@@ -43,6 +43,7 @@ class Intent:
     at: datetime
     nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
     note: str = ""  # why it is not the plain choice (a gang shrank, on-demand after fallback)
+    checkpoint_interval_s: float | None = None  # "auto" checkpointing: the first interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,7 @@ class DecisionWriter:
             "pool": o.pool,
             "price_per_hour": o.price_per_hour,
             "billed_price": o.price_per_hour,
+            "checkpoint_interval_s": it.checkpoint_interval_s,
             "gpu_count": o.gpu_count,
             "nodes": it.nodes,
             "state": AttemptState.LAUNCHING,

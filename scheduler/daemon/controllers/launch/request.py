@@ -100,6 +100,9 @@ class LaunchRequests:
                 contract.ENV_NNODES: str(a.nodes),
             }
         )
+        interval = getattr(a, "checkpoint_interval_s", None)
+        if interval:  # checkpoint_interval = "auto": the first interval, then the store's
+            env[contract.ENV_CHECKPOINT_INTERVAL] = f"{interval:.0f}"
         caps = provider.capabilities
         tags = {
             TAG_JOB: caps.label(job.id),

@@ -8,7 +8,8 @@ An attempt records when an early interruption signal (an AWS rebalance recommend
 and what the daemon did about it, so the decision is made once and survives a restart. A
 pool keeps the prior interruption rate its cloud's risk data gave (and which signal it came
 from), and the lengths of its recent outages, from which its "avoid after interrupt" time is
-learned.
+learned. An attempt of a job with `checkpoint_interval = "auto"` records the interval the
+daemon last told it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def upgrade() -> None:
         )
         batch_op.add_column(_text("early_action"))
         batch_op.create_index("ix_attempt_early_signal_at", ["early_signal_at"], unique=False)
+        batch_op.add_column(sa.Column("checkpoint_interval_s", sa.Float(), nullable=True))
     with op.batch_alter_table("poolstate", schema=None) as batch_op:
         batch_op.add_column(sa.Column("prior_rate", sa.Float(), nullable=True))
         batch_op.add_column(_text("prior_source"))
@@ -58,6 +60,7 @@ def downgrade() -> None:
         for name in ("outage_since", "outage_hours", "prior_at", "prior_source", "prior_rate"):
             batch_op.drop_column(name)
     with op.batch_alter_table("attempt", schema=None) as batch_op:
+        batch_op.drop_column("checkpoint_interval_s")
         batch_op.drop_index("ix_attempt_early_signal_at")
         batch_op.drop_column("early_action")
         batch_op.drop_column("early_signal_at")
