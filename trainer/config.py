@@ -121,6 +121,9 @@ class CheckpointConfig:
     """Save every N steps (0 disables the step trigger)."""
     interval_seconds: float = 0.0
     """Also save when this many seconds passed since the last save (0 disables)."""
+    interval: str = ""
+    """"auto": save as often as the pool deserves: the interval the daemon passes at launch
+    and rewrites in the store (checkpoint_interval.json), in place of interval_seconds."""
     keep: int = 3
     """Keep the newest K checkpoints (at least 1)."""
     async_save: bool = False
@@ -208,6 +211,7 @@ class TrainerConfig:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
+    "checkpoint.interval": ("", "auto"),
     "training.precision": ("fp32", "bf16", "fp16"),
     "training.device": ("auto", "cpu", "cuda"),
     "training.activation_checkpointing": ("none", "full", "selective"),

@@ -31,6 +31,7 @@ from trainer.config import ConfigError, TrainerConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.data import make_loader, to_device
 from trainer.fence import Fence
+from trainer.interval import IntervalFollower
 from trainer.parallel import (
     CommHook,
     apply_activation_checkpointing,
@@ -327,6 +328,11 @@ class Trainer:
             metrics = open(cfg.debug.metrics_file, "a")  # noqa: SIM115 (closed in finally)
         last_save = time.monotonic()
         early_saved = False
+        follower = (
+            IntervalFollower(self.store, self.fence.job_id)
+            if cfg.checkpoint.interval == "auto"
+            else None
+        )
         t0, steps0 = time.perf_counter(), self.step
         preempted = False
         try:
@@ -335,10 +341,13 @@ class Trainer:
                 if self.step == cfg.debug.sigterm_at_step and info.rank in cfg.debug.sigterm_ranks:
                     os.kill(os.getpid(), signal.SIGTERM)  # test hook: a real signal, now
                 early_due = info.rank == 0 and self.watcher.early is not None and not early_saved
+                every_s = (
+                    follower.current()
+                    if follower is not None and info.rank == 0
+                    else cfg.checkpoint.interval_seconds
+                )
                 timer_due = early_due or (
-                    info.rank == 0
-                    and cfg.checkpoint.interval_seconds > 0
-                    and time.monotonic() - last_save >= cfg.checkpoint.interval_seconds
+                    info.rank == 0 and every_s > 0 and time.monotonic() - last_save >= every_s
                 )
                 notice = self.sigterm.received or self.watcher.seen
                 fenced = self.fence.tripped  # set on rank 0 by a save's `latest` check
@@ -364,7 +373,7 @@ class Trainer:
                     preempted = True
                     self._record_notice()
                     break
-                every = cfg.checkpoint.interval_steps
+                every = 0 if follower is not None else cfg.checkpoint.interval_steps
                 if (every and self.step % every == 0) or flags[2] > 0:
                     if early_due:  # an early signal: one extra save, asynchronous if allowed
                         early_saved = True

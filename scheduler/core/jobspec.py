@@ -206,8 +206,8 @@ class JobSpec(BaseModel):
             d = parse_duration(v)
         except ValueError as e:
             raise ValueError(f"{e}, or 'auto' (as often as the pool deserves)") from None
-        if d <= timedelta(0):
-            raise ValueError("must be more than 0, or 'auto'")
+        if d < timedelta(milliseconds=1):
+            raise ValueError(f"must be at least 1ms, got {d.total_seconds():g}s, or 'auto'")
         return d
 
     @field_validator("team")
