@@ -8,6 +8,8 @@ Model, per tick of `gap_hours`:
 - the tick is billed at the price in force for the time the attempt runs (the final tick
   only until the work is done); launching into another region than the checkpoint's adds
   `migration_cost` once.
+- with `save_hours`, periodic checkpoints cost time: a share save / (interval + save) of
+  each tick's running time makes no progress (billed all the same);
 - a job still unfinished at the deadline counts as a miss and is finished on on-demand
   (billed), so costs stay comparable.
 - with `budget` (hard, USD), the daemon's budget rules decide per tick whether an attempt
@@ -34,6 +36,9 @@ class Job:
     checkpoint_interval: float = 0.0  # hours of work between checkpoints; 0 = on notice
     migration_cost: float = 0.0  # USD to move the checkpoint to another region
     budget: float | None = None  # hard cap in USD
+    # Hours one periodic checkpoint takes (billed, no progress); with checkpoint_interval > 0
+    # a share save / (interval + save) of each tick's running time goes to saving.
+    save_hours: float = 0.0
 
 
 @dataclass(slots=True)
@@ -180,11 +185,14 @@ def simulate(
         place = action
         spent_oh = min(remaining_oh, g)
         remaining_oh -= spent_oh
-        progress = g - spent_oh
+        keep = 1.0
+        if job.save_hours > 0 and job.checkpoint_interval > 0:
+            keep = job.checkpoint_interval / (job.checkpoint_interval + job.save_hours)
+        progress = (g - spent_oh) * keep
         need = job.work - done
         used = g
         if progress >= need - EPS:
-            used = spent_oh + need
+            used = spent_oh + need / keep
             done = job.work
         else:
             done += progress
