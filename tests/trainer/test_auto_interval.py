@@ -76,3 +76,51 @@ def test_the_trainer_saves_by_the_daemons_interval(tmp_path: Path) -> None:
         proc.communicate(timeout=30)
     # Saves come by the launch interval (3 s), not at every step (0.05 s apart).
     assert saves[1][0] - saves[0][0] > 2.0 and saves[1][1] - saves[0][1] > 5
+
+
+OWN_LOOP = """
+import time, torch
+from trainer.preemptible import Preemptible
+model = torch.nn.Linear(2, 1)
+state = {"model": model}
+with Preemptible(total_steps=10**6, save_every=1, interval="auto") as job:
+    step = job.load(state)
+    while True:
+        step += 1
+        job.step(step, state, 0.0)
+        time.sleep(0.02)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_preemptible_follows_the_daemons_interval_too(tmp_path: Path) -> None:
+    ckpt = tmp_path / "c"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OWN_LOOP],
+        cwd=REPO,
+        env=env(
+            SPOTWISE_CHECKPOINT_URI=contract.to_uri(ckpt),
+            SPOTWISE_CHECKPOINT_INTERVAL_SECONDS="2",
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    saves: list[tuple[float, int]] = []
+    try:
+        deadline = time.monotonic() + 90
+        while len(saves) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None
+            step = (
+                progress(ckpt).get("last_checkpoint_step")
+                if (ckpt / "progress.json").exists()
+                else None
+            )
+            if isinstance(step, int) and (not saves or step != saves[-1][1]):
+                saves.append((time.monotonic(), step))
+            time.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+    # Every 2 s by the daemon's interval, not at every step as save_every=1 would.
+    assert saves[1][0] - saves[0][0] > 1.5 and saves[1][1] - saves[0][1] > 5
