@@ -130,3 +130,20 @@ def test_avoid_hours_needs_a_few_outages_and_stays_within_bounds():
     assert hazard.avoid_hours([0.1, 0.2, 0.3], 0.5) == pytest.approx(0.2)
     assert hazard.avoid_hours([0.0, 0.0, 0.0], 0.5) == pytest.approx(hazard.AVOID_FLOOR_HOURS)
     assert hazard.avoid_hours([100.0] * 5, 0.5) == hazard.AVOID_CAP_HOURS
+
+
+def test_a_job_waiting_past_max_duration_is_not_launched_again(make_world):
+    w = make_world(offerings=[offering("us-east-1a", price=1.0)])
+    jid = w.submit(gpus="V100:1", max_duration="1h")
+    w.tick()
+    _interrupt(w, jid)
+    w.tick(30)
+    w.provider.set_offerings([])  # nothing to run on while the hour passes
+    w.rec.poll_prices()
+    w.tick(3700)
+    w.provider.set_offerings([offering("us-east-1a", price=1.0)])
+    w.rec.poll_prices()
+    w.tick(30, n=2)
+    job = w.job(jid)
+    assert job.state is JobState.FAILED and "max_duration" in job.reason
+    assert len(w.attempts(jid)) == 1

@@ -36,7 +36,7 @@ from scheduler.daemon.controllers.base import (
     collections_paused,
     safe_message,
 )
-from scheduler.daemon.controllers.job import intervals
+from scheduler.daemon.controllers.job import intervals, signals
 from scheduler.daemon.controllers.job.ends import AttemptEnds
 from scheduler.daemon.controllers.job.holds import BudgetHolds
 from scheduler.daemon.controllers.job.placing import Placement
@@ -156,6 +156,13 @@ class JobController:
             return
         if not self.placing or (fresh.not_before is not None and fresh.not_before > now):
             return
+        spec = facts.spec(fresh.spec_json)
+        if signals.may_be_over_duration(fresh, spec, now):
+            with self.db.read() as s:
+                over = signals.over_duration(s, fresh, spec, now)
+            if over:  # waiting past its cap: never launched again
+                self._finish(fresh.id, JobState.FAILED, over, now)
+                return
         self.placement.place(fresh, facts, now, writes)
 
     def _reread(self, job_id: str) -> Job | None:

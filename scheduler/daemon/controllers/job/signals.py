@@ -151,16 +151,24 @@ def may_be_over_duration(job: Job, spec: JobSpec, now: datetime) -> bool:
     return spec.max_duration is not None and now - job.created_at >= spec.max_duration
 
 
+def over_duration(s: Session, job: Job, spec: JobSpec, now: datetime) -> str:
+    """Why the job is past `max_duration` since its first start, or "" while it is not (or
+    never started)."""
+    cap = spec.max_duration
+    if cap is None or not may_be_over_duration(job, spec, now):
+        return ""
+    first = s.exec(select(func.min(Attempt.started_at)).where(Attempt.job_id == job.id)).one()
+    if first is None or now - first < cap:
+        return ""
+    return f"ran past max_duration ({cap}) since its first start"
+
+
 def stop_over_duration(s: Session, job: Job, a: Attempt, spec: JobSpec, now: datetime) -> bool:
     """Ask the attempt to checkpoint and stop once the job has run `max_duration` since its
     first start (its waits and recoveries count); the job FAILs when it has ended."""
-    cap = spec.max_duration
-    if cap is None or not may_be_over_duration(job, spec, now):
+    why = over_duration(s, job, spec, now)
+    if not why:
         return False
-    first = s.exec(select(func.min(Attempt.started_at)).where(Attempt.job_id == job.id)).one()
-    if first is None or now - first < cap:
-        return False
-    why = f"ran past max_duration ({cap}) since its first start"
     request_stop(s, a, "max_duration", now)
     a.detail = why
     job.reason = f"stopping: {why}"
