@@ -16,9 +16,11 @@ def test_scores_per_zone_for_each_size(provider, arm) -> None:
     arm.spot_scores[("eastus", size, "1")] = "High"
     arm.spot_scores[("eastus", size, "2")] = "DataNotFoundOrStale"
     offers = [o for o in provider.offerings() if o.instance_type == size and o.region == "eastus"]
+    before = len(arm.score_calls)  # the fake may be shared with other tests
     got = {s.pool: s for s in provider.risk_signals(offers)}
-    (body,) = arm.score_calls
-    assert body == {
+    bodies = arm.score_calls[before:]  # one call (azure-core may resend it on a dropped link)
+    assert bodies and all(b == bodies[0] for b in bodies)
+    assert bodies[0] == {
         "desiredLocations": ["eastus"], "desiredSizes": [{"sku": size}], "desiredCount": 1,
         "availabilityZones": True,
     }  # fmt: skip
@@ -26,12 +28,16 @@ def test_scores_per_zone_for_each_size(provider, arm) -> None:
     assert set(got) == {one.pool}
     assert got[one.pool].kind is RiskKind.AZURE_PLACEMENT_SCORE
     assert got[one.pool].detail == "High"
+    asked = len(arm.score_calls)
     provider.risk_signals(offers)
-    assert len(arm.score_calls) == 1  # cached
+    assert len(arm.score_calls) == asked  # cached
 
 
 def test_a_throttled_call_leaves_the_pools_unscored(provider, arm) -> None:
     arm.fail_scores = True
-    offers = [o for o in provider.offerings() if o.instance_type == "Standard_NC4as_T4_v3"]
-    assert provider.risk_signals(offers) == []
-    assert any("spot placement scores" in e.message for e in provider.drain_events())
+    try:
+        offers = [o for o in provider.offerings() if o.instance_type == "Standard_NC4as_T4_v3"]
+        assert provider.risk_signals(offers) == []
+        assert any("spot placement scores" in e.message for e in provider.drain_events())
+    finally:
+        arm.fail_scores = False
