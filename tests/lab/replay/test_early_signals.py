@@ -51,3 +51,22 @@ def test_a_rebalance_that_does_not_pay() -> None:
     eager = EarlyMoves(GreedyPolicy(), Signal(interrupt_probability=1.0, lead_hours=1.0))
     forced = simulate(trace, JOB, eager, early_signals=signals)
     assert eager.moves == 1 and forced.cost > base.cost
+
+
+def test_periodic_checkpoints_cost_time_and_interruptions_cost_the_work_since():
+    """The replay charges each checkpoint's save time and loses the work since the last one,
+    so neither a very short nor a very long interval is free."""
+    avail = np.ones((1, 96), bool)
+    avail[0, 30] = False  # one interruption, 7.5 h in
+    trace = Trace(ZONES[:1], GAP, avail, np.ones((1, 96)), 3.0)
+
+    def run(interval: float):  # type: ignore[no-untyped-def]
+        job = Job(work=10.0, deadline=24.0, restart_overhead=0.1,
+                  checkpoint_interval=interval, save_hours=0.05)  # fmt: skip
+        return simulate(trace, job, GreedyPolicy())
+
+    short, mid, long = run(0.25), run(1.0), run(4.0)
+    assert long.lost_work > max(short.lost_work, mid.lost_work)
+    assert short.cost > mid.cost and long.cost > mid.cost  # saving vs redoing: a middle wins
+    free = simulate(trace, Job(10.0, 24.0, 0.1, 0.25), GreedyPolicy())
+    assert short.cost > free.cost  # the same interval without save time is cheaper
