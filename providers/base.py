@@ -117,9 +117,22 @@ class LaunchRequest:
     tags: Mapping[str, str]
     count: int = 1
     placement_group: str | None = None
+    # One node of a running gang, launched alone to replace a lost one (count 1): its rank.
+    # The adapter tags it as that node, gives it that rank, and, for node 0, its own address
+    # as the rendezvous endpoint, as it does for the nodes of a whole gang.
+    gang_node: int | None = None
 
     def node_token(self, node: int) -> str:
         return self.token if self.count == 1 else f"{self.token}-n{node}"
+
+    def node_of(self, index: int) -> int:
+        """The gang rank of the `index`-th instance this request starts."""
+        return self.gang_node if self.gang_node is not None else index
+
+    @property
+    def gang(self) -> bool:
+        """Instances of a gang (a whole one, or one node replacing a lost one)."""
+        return self.count > 1 or self.gang_node is not None
 
 
 class InstanceState(StrEnum):
@@ -156,6 +169,9 @@ class LaunchFailure:
     kind: FailureKind
     message: str
     pool: str | None = None
+    # A gang launch: how many instances the pool held before the failure (GCE's bulk
+    # operation says so), so gangs larger than that skip the pool for a while.
+    held: int | None = None
 
     def to_error(self) -> ProviderError:
         cls = {

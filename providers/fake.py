@@ -149,7 +149,7 @@ class FakeCloud:
                     state=InstanceState.PENDING,
                     tags=dict(request.tags),
                     launched_at=now,
-                    node=node,
+                    node=request.node_of(node),
                 )
                 self.instances[inst.id] = inst
                 self._visible_at[inst.id] = now + self.capabilities.visibility_delay

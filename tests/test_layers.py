@@ -1,10 +1,11 @@
 """The layers you can see: each folder of `scheduler/` imports only the folders before it.
 
-    core -> state -> daemon -> lab -> cli
+    core -> state -> daemon -> lab -> server -> cli
 
 `core` is the pure decision code (no database, no cloud SDK, no scheduler I/O), `state` the
 tables and what reads and writes them, `daemon` the loop, its controllers and the provider
-wiring, `lab` the replay simulator and the benchmarks, `cli` the commands. `providers` never
+wiring, `lab` the replay simulator and the benchmarks, `server` the API server and its
+dashboard, `cli` the commands. `providers` never
 imports `scheduler`, and `trainer` (which runs on a bare GPU box) imports neither. Every
 import is read with `ast`, function-level imports included: a lazy import that runs against
 the order is still a dependency, only a later one.
@@ -19,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = ("core", "state", "daemon", "lab", "cli")
+LAYERS = ("core", "state", "daemon", "lab", "server", "cli")
 # What the lower layers (core, state) may use of `providers`: its vocabulary (value types,
 # GPU and region names, settings models), never an adapter or an SDK.
 PROVIDER_VOCABULARY = {

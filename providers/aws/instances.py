@@ -162,8 +162,8 @@ class Instances:
         tags = {str(k): str(v) for k, v in request.tags.items()}
         tags.setdefault(TAG_OWNER, self._owner)
         tags[TAG_TOKEN] = token
-        if request.count == 1:
-            tags[TAG_NODE] = "0"
+        if request.count == 1:  # one VM, or one node of a gang replacing a lost one
+            tags[TAG_NODE] = str(request.node_of(0))
         tags.setdefault(
             "Name", f"spotwise-{tags.get(TAG_JOB, 'job')}-{tags.get(TAG_ATTEMPT, token)}"[:255]
         )
@@ -172,6 +172,11 @@ class Instances:
         if request.count > 1:
             # Nodes find node 0 (launch index 0) by this tag to rendezvous with it.
             env["SPOTWISE_GANG_TOKEN"] = token
+        elif request.gang_node is not None:
+            # A node replacing a lost one keeps its rank (its launch index is 0); as node 0
+            # it hosts the rendezvous at its own address, the others read node 0's from
+            # the checkpoint store's round.
+            env["SPOTWISE_NODE"] = env["SPOTWISE_NODE_RANK"] = str(request.gang_node)
         # EC2 tag limits: keys 128, values 256 characters (Capabilities.label keeps values).
         tag_list = [{"Key": k[:128], "Value": v[:256]} for k, v in tags.items()]
         placement: dict[str, Any] = {"AvailabilityZone": o.zone}
@@ -184,7 +189,10 @@ class Instances:
             "MaxCount": request.count,
             "ClientToken": token,
             "UserData": build_user_data(
-                request.command, env, gang=request.count > 1, gpus=o.gpu_count
+                request.command,
+                env,
+                gang=request.count > 1 or request.gang_node == 0,
+                gpus=o.gpu_count,
             ),
             "InstanceInitiatedShutdownBehavior": "terminate",
             "Placement": placement,

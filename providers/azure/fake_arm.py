@@ -7,6 +7,15 @@ tests need no sleeps. Injections: `fail_create` (synchronous error on the next V
 `fail_later` (the next VM create's operation fails with that code), `evict()`,
 `power_off()` (the job's own shutdown), `leak()` (a tagged orphan NIC/disk/IP).
 
+Gangs: proximity placement groups (PUT, GET, list, DELETE; the body and answers of the REST
+specs' ProximityPlacementGroup_* examples; a group that still holds a VM refuses to be
+deleted with OperationNotAllowed: the exact code is not in the recorded examples), a VM put
+into one (`properties.proximityPlacementGroup.id`, listed in the group's
+`virtualMachines`), NICs with a private address (the first four of a subnet are Azure's),
+`capacity` (VM size -> how many more it allocates: past it a create's operation fails with
+AllocationFailed, OverconstrainedAllocationRequest in a group) and `refuse_after` (the VM
+PUT after that many more is refused at once).
+
 Pointing the real SDK at it: `arm = FakeArm(fake_catalog.skus(), subscription)` listens at
 once on `arm.url`; configure `[providers.azure]` with the same `subscription_id`,
 `base_url = arm.url` and `credentials = "anonymous"` (azure-core then sends no token, which it
@@ -24,13 +33,14 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 _RES = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/"
     r"(?P<ns>Microsoft\.Compute|Microsoft\.Network)/"
-    r"(?P<type>virtualMachines|disks|networkInterfaces|publicIPAddresses)"
+    r"(?P<type>virtualMachines|disks|networkInterfaces|publicIPAddresses|proximityPlacementGroups)"
     r"(?:/(?P<name>[^/]+))?(?:/(?P<extra>instanceView))?$",
     re.IGNORECASE,
 )
@@ -57,6 +67,16 @@ _TYPES = {
     "disks": ("Microsoft.Compute", "disks"),
     "networkinterfaces": ("Microsoft.Network", "networkInterfaces"),
     "publicipaddresses": ("Microsoft.Network", "publicIPAddresses"),
+    "proximityplacementgroups": ("Microsoft.Compute", "proximityPlacementGroups"),
+}
+# Azure's messages for a VM size out of capacity: AllocationFailed, and
+# OverconstrainedAllocationRequest when a proximity placement group narrows where it may go
+# (fixtures/proximity_placement_groups.json, each with its source).
+ALLOCATION_ERRORS: dict[str, str] = {
+    e["code"]: e["message"]
+    for e in json.loads(
+        (Path(__file__).with_name("fixtures") / "proximity_placement_groups.json").read_text()
+    )["errors"]
 }
 
 
@@ -81,6 +101,9 @@ class FakeArm:
         self.fail_scores = False
         self.fail_create: ArmError | None = None
         self.fail_later: tuple[str, str] | None = None  # (code, message) for the next create
+        self.capacity: dict[str, int] = {}  # VM size -> allocations left (absent: no limit)
+        self.refuse_after: tuple[int, ArmError] | None = None  # (PUTs to let through, error)
+        self._ips = itertools.count(4)
         self.echo_auth = False
         # Permissions - List For Resource Group: the caller's actions (Authorization REST
         # reference, api-version 2022-04-01: {"value": [{"actions", "notActions", ...}]}).
@@ -108,6 +131,8 @@ class FakeArm:
         """Every injection and answer back to its default (the fake is shared per process)."""
         with self.lock:
             self.fail_create = self.fail_later = None
+            self.capacity.clear()
+            self.refuse_after = None
             self.echo_auth = False
             self.actions, self.not_actions = ["*"], []
             self.images = {("microsoft-dsvm", "ubuntu-hpc", "2204")}
@@ -176,6 +201,13 @@ class FakeArm:
         if vm is None:
             return
         p = vm["properties"]
+        group = (p.get("proximityPlacementGroup") or {}).get("id", "")
+        ppg = self.res["proximityplacementgroups"].get(
+            (rg.lower(), group.rsplit("/", 1)[-1].lower())
+        )
+        if ppg is not None:
+            held = ppg["properties"].setdefault("virtualMachines", [])
+            ppg["properties"]["virtualMachines"] = [v for v in held if v.get("id") != vm["id"]]
         osd = p.get("storageProfile", {}).get("osDisk", {})
         disk = self.res["disks"].get((rg.lower(), str(osd.get("name", "")).lower()))
         if disk is not None:
@@ -312,6 +344,12 @@ class FakeArm:
             raise ArmError(400, "PublicIPAddressCannotBeDeleted", "in use; InUse by a NIC")
         if type_ == "disks" and doc.get("managedBy"):
             raise ArmError(409, "OperationNotAllowed", "disk attached")
+        if type_ == "proximityplacementgroups":
+            if doc["properties"].get("virtualMachines"):
+                raise ArmError(409, "OperationNotAllowed",
+                               f"proximity placement group {name} still holds a VM")  # fmt: skip
+            self.res[type_].pop((rg.lower(), name.lower()), None)
+            return 200, None, {}
         if type_ == "virtualmachines":
             doc["properties"]["provisioningState"] = "Deleting"
             self.pending.append(lambda: self._remove_vm(rg, name))
@@ -328,6 +366,20 @@ class FakeArm:
         props = dict(body.get("properties") or {})
         if type_ == "virtualmachines":
             return self._put_vm(rg, name, body, doc)
+        if type_ == "proximityplacementgroups":
+            held = (doc or {}).get("properties", {}).get("virtualMachines", [])
+            ppg = {
+                "id": rid, "name": name, "type": "Microsoft.Compute/proximityPlacementGroups",
+                "location": body.get("location"), "tags": dict(body.get("tags") or {}),
+                "properties": {
+                    **props, "virtualMachines": held, "virtualMachineScaleSets": [],
+                    "availabilitySets": [],
+                },
+            }  # fmt: skip
+            if body.get("zones"):
+                ppg["zones"] = body["zones"]
+            self.res[type_][(rg.lower(), name.lower())] = ppg
+            return (201 if new else 200), ppg, {}
         out: dict[str, Any] = {
             "id": rid,
             "name": name,
@@ -341,6 +393,13 @@ class FakeArm:
         if type_ == "networkinterfaces":
             for conf in props.get("ipConfigurations", []):
                 conf["id"] = f"{rid}/ipConfigurations/{conf.get('name')}"
+                conf.setdefault("properties", {})
+                if doc is not None:  # an update keeps the address it has
+                    old = (doc["properties"].get("ipConfigurations") or [{}])[0]
+                    ip = (old.get("properties") or {}).get("privateIPAddress")
+                else:
+                    ip = f"10.0.0.{next(self._ips)}"
+                conf["properties"]["privateIPAddress"] = ip
                 pip = (conf.get("properties") or {}).get("publicIPAddress")
                 if pip:
                     ip = self.res["publicipaddresses"].get(
@@ -377,6 +436,20 @@ class FakeArm:
         if self.fail_create is not None:
             err, self.fail_create = self.fail_create, None
             raise err
+        if self.refuse_after is not None:
+            left, err = self.refuse_after
+            if left <= 0:
+                self.refuse_after = None
+                raise err
+            self.refuse_after = (left - 1, err)
+        group = (props.get("proximityPlacementGroup") or {}).get("id", "")
+        ppg = None
+        if group:
+            ppg = self.res["proximityplacementgroups"].get(
+                (rg.lower(), group.rsplit("/", 1)[-1].lower())
+            )
+            if ppg is None:
+                raise ArmError(404, "NotFound", f"proximity placement group {group} not found")
         known = [  # ARM compares locations case-insensitively ("WestUS3")
             s for s in self.skus
             if s["name"] == size and loc.lower() in [x.lower() for x in s["locations"]]
@@ -429,6 +502,15 @@ class FakeArm:
                 "properties": {"diskState": "Attached", "diskSizeGB": osd.get("diskSizeGB")},
             }
         failure, self.fail_later = self.fail_later, None
+        room = self.capacity.get(size)
+        if room is not None:
+            if room <= 0 and failure is None:
+                code = "OverconstrainedAllocationRequest" if ppg else "AllocationFailed"
+                failure = (code, ALLOCATION_ERRORS[code])
+            else:
+                self.capacity[size] = room - 1
+        if ppg is not None:
+            ppg["properties"].setdefault("virtualMachines", []).append({"id": rid})
 
         def finish_create() -> None:
             if failure is None:

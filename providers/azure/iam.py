@@ -3,7 +3,8 @@ the README ships (role-definition.json) can be checked against the calls the cod
 makes, and `spotwise doctor` can compare it with the caller's permissions on the resource
 group. Action names are Azure's "Azure resource provider operations" (Microsoft.Compute,
 Microsoft.Network, Microsoft.ManagedIdentity); what a PUT body adds (joining a NIC, a
-subnet or a public IP, creating the managed OS disk, assigning a user-assigned identity)
+subnet or a public IP, creating the managed OS disk, assigning a user-assigned identity,
+putting a gang's VM into its proximity placement group)
 follows the built-in Virtual Machine Contributor and Network Contributor definitions and
 "Create a virtual machine" permissions in the Azure docs. Pure data and functions.
 """
@@ -20,11 +21,13 @@ _TYPES = {
     "disks": "Microsoft.Compute/disks",
     "networkinterfaces": "Microsoft.Network/networkInterfaces",
     "publicipaddresses": "Microsoft.Network/publicIPAddresses",
+    "proximityplacementgroups": "Microsoft.Compute/proximityPlacementGroups",
 }
 _VERB = {"GET": "read", "PUT": "write", "PATCH": "write", "DELETE": "delete"}
 _RES = re.compile(
     r"/providers/Microsoft\.(?:Compute|Network)/(?P<type>virtualMachines|disks|"
-    r"networkInterfaces|publicIPAddresses)(?:/[^/]+)?(?P<view>/instanceView)?$",
+    r"networkInterfaces|publicIPAddresses|proximityPlacementGroups)(?:/[^/]+)?"
+    r"(?P<view>/instanceView)?$",
     re.IGNORECASE,
 )
 
@@ -65,6 +68,8 @@ def _joins(kind: str, body: Mapping[str, Any]) -> set[str]:
             out.add("Microsoft.Compute/disks/write")
         if (body.get("identity") or {}).get("userAssignedIdentities"):
             out.add("Microsoft.ManagedIdentity/userAssignedIdentities/assign/action")
+        if props.get("proximityPlacementGroup"):  # a gang's node joins its group
+            out.add("Microsoft.Compute/proximityPlacementGroups/read")
     if kind.endswith("networkInterfaces"):
         for conf in props.get("ipConfigurations") or []:
             cp = conf.get("properties") or {}

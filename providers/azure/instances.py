@@ -1,4 +1,5 @@
-"""VMs (and what they leave): launch, describe, terminate, list by tag, find by token.
+"""VMs (and what they leave): launch, describe, terminate, list by tag, find by token; a
+gang's N VMs in one proximity placement group (gangs.py).
 
 A VM's name is derived from the attempt token, so a launch retried after a lost reply or a
 restart finds the VM instead of making a second one. The VM create is a long-running
@@ -20,6 +21,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from providers.azure import ttl
 from providers.azure.api import Api, body, read_list, read_one
 from providers.azure.errors import error_code, translate
+from providers.azure.gangs import MAX_GANG, RDZV_PORT, GangLaunches, Groups, node_of_name
 from providers.azure.offerings import CLOUD, split_zone
 from providers.azure.parse import resource, to_instance, vanished
 from providers.azure.userdata import custom_data
@@ -111,10 +113,11 @@ def throwaway_ssh_key() -> str:
         return _throwaway_key
 
 
-class Instances:
+class Instances(GangLaunches):
     def __init__(self, api: Api, owner: str) -> None:
         self._api = api
         self._owner = owner
+        self._groups = Groups(api, owner)
         self._lock = threading.Lock()
         self._deleted: dict[str, datetime] = {}  # VM names we deleted (see ttl.TOMBSTONE_KEEP)
         self._markets: dict[str, Market] = {}
@@ -139,15 +142,39 @@ class Instances:
             raise FatalError(f"azure launch: offering belongs to cloud {o.cloud!r}")
         if o.region not in s.locations:
             raise FatalError(f"azure launch: location {o.region} is not configured")
+        if request.count > 1:
+            return self._launch_gang(request)
         if request.count != 1:
-            raise LaunchRejected(f"azure launch: count {request.count}: one VM per request")
+            raise LaunchRejected(f"azure launch: count {request.count} is not in 1..{MAX_GANG}")
         name = vm_name(request.token)
         existing = self._get(self._rg, name)
         if existing is not None:  # a retry after a lost reply or a restart: adopt
             return [self._view(existing, ResourceRef(name, o.region, o.zone, self._rg))]
+        env: dict[str, str] = {}
+        if request.gang_node is not None:  # one node of a gang, replacing a lost one
+            env["SPOTWISE_NODE_RANK"] = str(request.gang_node)
+        group = self._group(request)
+        own = request.gang_node == 0  # it hosts the rendezvous: its own address
+        return [self._create_vm(request, name, request.node_of(0), env, group, own)]
+
+    def _create_vm(
+        self,
+        request: LaunchRequest,
+        name: str,
+        node: int,
+        node_env: dict[str, str],
+        group: str,
+        own_endpoint: bool,
+    ) -> Instance:
+        """One VM with its NIC (and IP): the launch of a single VM, or of one gang node."""
+        s = self._api.settings
+        o = request.offering
         now = self._api.now()
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
+        env.update(node_env)
+        if own_endpoint:  # the longest address it could be, to check the size now
+            env["SPOTWISE_RDZV_ENDPOINT"] = f"255.255.255.255:{RDZV_PORT}"
         data = custom_data(request.command, env, gpus=o.gpu_count)  # LaunchRejected if bad
         subnet = s.subnet_for(o.region)
         if not subnet:
@@ -155,10 +182,15 @@ class Instances:
         tags = {tag_key(k): str(v)[:256] for k, v in request.tags.items()}
         tags.setdefault(TAG_OWNER, self._owner)
         tags[TAG_TOKEN] = request.token[:256]
-        tags[TAG_NODE] = "0"
+        tags[TAG_NODE] = str(node)
         zone = split_zone(o.region, o.zone)
         nic_id = self._create_network(name, o.region, zone, subnet, tags, o.pool)
+        if own_endpoint:
+            env["SPOTWISE_RDZV_ENDPOINT"] = f"{self._nic_ip(name)}:{RDZV_PORT}"
+            data = custom_data(request.command, env, gpus=o.gpu_count)
         vm_body = self._vm_body(request, name, zone, nic_id, data, tags)
+        if group:
+            vm_body["properties"]["proximityPlacementGroup"] = {"id": group}
         compute = self._api.compute()
         try:
             self._api.call(
@@ -174,13 +206,11 @@ class Instances:
             raise
         with self._lock:
             self._markets[name] = o.market
-        return [
-            Instance(
-                id=name, cloud=CLOUD, region=o.region, zone=o.zone,
-                instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
-                tags=tags, launched_at=now, scope=self._rg,
-            )
-        ]  # fmt: skip
+        return Instance(
+            id=name, cloud=CLOUD, region=o.region, zone=o.zone,
+            instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
+            tags=tags, launched_at=now, scope=self._rg, node=node,
+        )  # fmt: skip
 
     def _vm_body(
         self,
@@ -397,13 +427,19 @@ class Instances:
         return out
 
     def find_by_token(self, token: str, region: str = "") -> list[Instance]:
+        """The VM of this token, or its gang's nodes (`<name>-n<i>`, one list of the
+        group: a gang launch that died half-way is found whole)."""
         name = vm_name(token)
         raw = self._get(self._rg, name)
-        if raw is None:
-            return []
-        if region and str(raw.get("location", "")) != region:
-            return []
-        return [self._view(raw, ResourceRef(name, scope=self._rg))]
+        raws = [raw] if raw is not None else [
+            v for v in self._list_vms(self._rg)
+            if str(v.get("name", "")).startswith(f"{name}-n")
+            and node_of_name(str(v.get("name", ""))) is not None
+        ]  # fmt: skip
+        if region:
+            raws = [r for r in raws if str(r.get("location", "")) == region]
+        found = [self._view(r, ResourceRef(str(r.get("name")), scope=self._rg)) for r in raws]
+        return sorted(found, key=lambda i: i.node)
 
     def list_tagged(self, owner: str) -> list[TaggedResource]:
         """Our VMs (any state: a stopped or failed VM still holds a disk and a NIC, and a
@@ -447,7 +483,7 @@ class Instances:
         )
         for raw in disks:
             out.extend(self._disk(raw, owner, ours, now))
-        return out
+        return out + self._groups.list_tagged(owner)
 
     def _disk(
         self, raw: dict[str, Any], owner: str, ours: dict[str, dict[str, str]], now: datetime
@@ -491,6 +527,8 @@ class Instances:
                 # ARM answers 204 for a VM that is already gone, so always try what it may
                 # have left: still attached (in use) is no error, the next pass gets it.
                 self._delete_network(ref.id)
+            elif ref.kind is ResourceKind.PLACEMENT_GROUP:
+                self._groups.delete(ref)
             else:
                 self._delete(ref)
 

@@ -9,6 +9,7 @@ from typing import Any
 from providers.azure.errors import failure_kind
 from providers.azure.offerings import CLOUD, zone_name
 from providers.base import (
+    TAG_NODE,
     EndReason,
     FailureKind,
     Instance,
@@ -90,6 +91,7 @@ def to_instance(
         tags=tags,
         launched_at=parse_time(props.get("timeCreated")) or launched_at,
         scope=scope,
+        node=int(tags[TAG_NODE]) if tags.get(TAG_NODE, "").isdigit() else 0,
     )
     prov = str(props.get("provisioningState", "")).lower()
     power = power_state(raw)

@@ -50,8 +50,26 @@ def preflight(provider: AzureProvider) -> list[Check]:
                 f"subnet in {location}", "no subnet_id for this location: launches fail",
                 "set [providers.azure] subnet_id (one, or a table per location)",
             )  # fmt: skip
+    _groups(checks, provider)
     _prices(checks, provider, s.locations[0])
     return checks.items
+
+
+def _groups(checks: Checks, provider: AzureProvider) -> None:
+    """Gangs' proximity placement groups: listable in the resource group (leak collection
+    deletes them), and how many of ours exist now."""
+    name = "proximity placement groups (gangs)"
+    try:
+        ours = provider._instances._groups.list_tagged(provider.owner)  # type: ignore[attr-defined]
+    except Exception as exc:
+        checks.problem(
+            name, f"{type(exc).__name__}: {str(exc)[:200]}",
+            "assign the role in providers/azure/role-definition.json "
+            "(Microsoft.Compute/proximityPlacementGroups/*) on the resource group",
+        )  # fmt: skip
+        return
+    rg = provider.settings.resource_group
+    checks.ok(name, f"{len(ours)} of ours in {rg} (deleted once their gang has ended)")
 
 
 def _who(token: str) -> str:

@@ -16,6 +16,7 @@ from typing import Any
 from providers.adapter import Clock, CloudAdapter
 from providers.azure import ttl
 from providers.azure.api import Api
+from providers.azure.gangs import MAX_GANG
 from providers.azure.instances import Instances, vm_name
 from providers.azure.offerings import Offerings
 from providers.azure.prices import RetailPrices
@@ -37,8 +38,9 @@ CAPABILITIES = Capabilities(
     visibility_delay=ttl.VISIBILITY_DELAY,
     # Allocation failures arrive with the create operation, after launch() returned.
     launch_completes_later=True,
-    max_count=1,
-    placement_groups=False,
+    # A gang is N VMs in one proximity placement group, all or nothing (gangs.py).
+    max_count=MAX_GANG,
+    placement_groups=True,
     # NICs, OS disks and public IPs can outlive their VM.
     leaves_resources=True,
 )

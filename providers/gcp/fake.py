@@ -7,12 +7,25 @@ lists and SKU lists with paging, list filters (`name eq "re"`, `labels.k = "v"`,
 operations that finish on a later read (with delayed errors), preemption and deletion as
 zone operations. Prices are us-central1 figures from shared/data/catalog/gcp_vms.csv.
 
+Gangs: instances.bulkInsert (count, minCount, perInstanceProperties, instanceProperties
+with short names; all or nothing: a zone short of capacity fails the operation with
+ZONE_RESOURCE_POOL_EXHAUSTED and perLocationStatus createdVmCount = deletedVmCount = what it
+held), regional resource policies (groupPlacementPolicy; insert, get, list, delete, refused
+while a VM uses one), setLabels with the label fingerprint, and `capacity` (zone -> how many
+more VMs it takes). The shapes are google-cloud-compute's models (BulkInsertInstanceResource,
+BulkInsertOperationStatus, ResourcePolicy) and the errors the REST reference documents
+(409 alreadyExists, 412 conditionNotMet for a stale fingerprint, 400
+resourceInUseByAnotherResource).
+
 Pointing the real SDK at it: `fake = FakeGcp()` listens at once on `fake.url`; configure
 `[providers.gcp]` with `project = "spotwise-test"` (PROJECT), `regions = ["us-central1"]`,
 `api_endpoint` and `billing_endpoint` both `fake.url`, and `credentials = "anonymous"` (no
 token is fetched or sent). GcpProvider's compute_v1 and billing_v1 clients (REST transport)
 then talk only to the fake; tests/support/gcp_harness.py `settings()` is the whole recipe, and
 a person can keep one running from a Python shell the same way. `fake.close()` stops it.
+One module, over 600 lines: one HTTP handler answers every route (instances, bulkInsert,
+zone operations, resource policies, the Billing Catalog) over one shared state, which the
+tests' injections reach through one object.
 """
 
 from __future__ import annotations
@@ -92,6 +105,11 @@ class FakeGcp:
         # zone -> (http status, reason, message): a synchronous insert error
         self.reject_insert: dict[str, tuple[int, str, str]] = {}
         self.stockout: dict[str, tuple[str, str, int, int]] = {}  # like fail_insert, lasting
+        # zone -> how many more VMs it takes (absent: no limit); a bulk insert it cannot
+        # complete fails whole, after creating (and deleting) what fitted.
+        self.capacity: dict[str, int] = {}
+        # (region, name) -> resource policy (compact placement of gangs)
+        self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.unreachable: set[str] = set()  # zones whose scope answers with a warning
         self.fail_skus = False
         self.advice: dict[tuple[str, str], tuple[float, str]] = {}
@@ -118,6 +136,8 @@ class FakeGcp:
             self.reject_insert.clear()
             self.unreachable.clear()
             self.stockout.clear()
+            self.capacity.clear()
+            self.policies.clear()
             self.fail_skus = False
             self.advice, self.advice_calls, self.fail_advice = {}, [], False
             self.skus = default_skus()
@@ -214,9 +234,144 @@ class FakeGcp:
         )  # fmt: skip
         mt = inst.get("machineType", "")
         if not mt.startswith("http"):
+            if "/" not in mt:  # instanceProperties name it alone
+                mt = f"zones/{zone}/machineTypes/{mt}"
             inst["machineType"] = f"{self.url}/compute/v1/projects/{PROJECT}/{mt}"
+        inst["labelFingerprint"] = _fingerprint(inst.get("labels") or {})
         self.instances[(zone, body["name"])] = inst
         return inst
+
+    def _taken(self, zone: str, n: int) -> int:
+        """How many of `n` new VMs the zone takes now (its capacity counts down)."""
+        left = self.capacity.get(zone)
+        if left is None:
+            return n
+        got = min(n, max(0, left))
+        self.capacity[zone] = left - got
+        return got
+
+    def _policies_missing(self, zone: str, paths: list[str]) -> str | None:
+        region = zone.rsplit("-", 1)[0]
+        for path in paths:
+            name = str(path).rsplit("/", 1)[-1]
+            if (region, name) not in self.policies:
+                return f"projects/{PROJECT}/regions/{region}/resourcePolicies/{name}"
+        return None
+
+    def _bulk_insert(self, zone: str, body: dict[str, Any], rid: str) -> tuple[int, dict]:
+        """instances.bulkInsert: all of `count` or (minCount = count) none."""
+        if rid and rid in self.request_ids:
+            return 200, self.ops[self.request_ids[rid]]
+        count, least = int(body.get("count") or 0), int(body.get("minCount") or 0)
+        per = body.get("perInstanceProperties") or {}
+        props = dict(body.get("instanceProperties") or {})
+        names = list(per)
+        if count < 1 or len(names) != count or least > count:
+            return _error(400, "invalid", "Invalid value for field 'resource.count'")
+        mt = str(props.get("machineType", "")).rsplit("/", 1)[-1]
+        if mt not in {m[0] for m in MACHINE_TYPES.get(zone, [])}:
+            return _error(
+                404, "notFound", f"The resource 'zones/{zone}/machineTypes/{mt}' was not found"
+            )
+        for name in names:
+            if (zone, name) in self.instances:
+                return _error(409, "alreadyExists", f"The resource '{name}' already exists")
+        missing = self._policies_missing(zone, props.get("resourcePolicies") or [])
+        if missing:
+            return _error(404, "notFound", f"The resource '{missing}' was not found")
+        op = self._op(zone, "bulkInsert", names[0], status="RUNNING", user="spotwise")
+        op["targetLink"] = f"{self.url}/compute/v1/projects/{PROJECT}/zones/{zone}/instances"
+        op["clientOperationId"] = rid
+        held = self._taken(zone, count)
+        stock = self.fail_insert.pop(zone, None) or self.stockout.get(zone)
+        if stock is not None:
+            held = 0
+        status = {"targetVmCount": count, "createdVmCount": held, "status": "DONE"}
+        if held < (least or count):
+            code, msg, http, reads = stock or (
+                "ZONE_RESOURCE_POOL_EXHAUSTED",
+                f"The zone 'projects/{PROJECT}/zones/{zone}' does not have enough resources "
+                f"available to fulfill the request.",
+                503,
+                0,
+            )
+            status.update(deletedVmCount=held, failedToCreateVmCount=count - held)
+            if self.capacity.get(zone) is not None:
+                self.capacity[zone] += held  # rolled back
+            op["_fail"] = [code, msg, http, reads]
+        else:
+            op["_finish_after"] = 1
+            for name in names:
+                vm = {**props, "name": name}
+                vm["disks"] = [
+                    {**d, "initializeParams": {
+                        **(d.get("initializeParams") or {}),
+                        "diskType": f"zones/{zone}/diskTypes/"
+                        + str((d.get("initializeParams") or {}).get("diskType", "")).rsplit(
+                            "/", 1)[-1]}}
+                    for d in props.get("disks") or []
+                ]  # fmt: skip
+                self._create(zone, vm, "PROVISIONING")
+        op["instancesBulkInsertOperationMetadata"] = {
+            "perLocationStatus": {f"zones/{zone}": status}
+        }
+        if rid:
+            self.request_ids[rid] = (zone, op["name"])
+        return 200, op
+
+    def _set_labels(self, zone: str, name: str, body: dict[str, Any]) -> tuple[int, dict]:
+        inst = self.instances.get((zone, name))
+        if inst is None:
+            return _error(404, "notFound", f"The resource '{_path(zone, name)}' was not found")
+        if body.get("labelFingerprint") != inst.get("labelFingerprint"):
+            why = "Labels fingerprint either invalid or resource labels have changed"
+            return _error(412, "conditionNotMet", why)
+        inst["labels"] = dict(body.get("labels") or {})
+        inst["labelFingerprint"] = _fingerprint(inst["labels"])
+        return 200, self._op(zone, "setLabels", name, user="spotwise")
+
+    def _policy_route(
+        self, method: str, region: str, name: str | None, body: Any, q: dict[str, list[str]]
+    ) -> tuple[int, Any]:
+        """resourcePolicies: insert, get, list (with a name filter), delete."""
+        if method == "POST" and name is None:
+            pname = str((body or {}).get("name", ""))
+            if (region, pname) in self.policies:
+                return _error(409, "alreadyExists", f"The resource '{pname}' already exists")
+            if not (body or {}).get("groupPlacementPolicy"):
+                return _error(400, "invalid", "A resource policy needs a policy")
+            base = f"{self.url}/compute/v1/projects/{PROJECT}/regions/{region}"
+            self.policies[(region, pname)] = {
+                **(body or {}), "kind": "compute#resourcePolicy", "status": "READY",
+                "region": base, "selfLink": f"{base}/resourcePolicies/{pname}",
+                "creationTimestamp": _rfc3339(datetime.now(UTC)),
+            }  # fmt: skip
+            return 200, {"kind": "compute#operation", "name": f"operation-p-{pname}",
+                         "operationType": "insert", "status": "DONE"}  # fmt: skip
+        if method == "GET" and name is None:
+            flt = q.get("filter", [""])[0]
+            items = [v for (r, _), v in sorted(self.policies.items()) if r == region]
+            return 200, {"items": [i for i in items if matches(flt, i)]}
+        doc = self.policies.get((region, name or ""))
+        if doc is None:
+            return _error(404, "notFound", f"The resource 'projects/{PROJECT}/regions/{region}/"
+                          f"resourcePolicies/{name}' was not found")  # fmt: skip
+        if method == "GET":
+            return 200, doc
+        if method == "DELETE":
+            users = [
+                n for (_, n), v in self.instances.items()
+                if any(str(x).rsplit("/", 1)[-1] == name for x in v.get("resourcePolicies") or [])
+            ]  # fmt: skip
+            if users:
+                return _error(
+                    400, "resourceInUseByAnotherResource",
+                    f"The resource_policy resource '{name}' is already being used by "
+                    f"'{users[0]}'",
+                )  # fmt: skip
+            del self.policies[(region, name or "")]
+            return 200, {"kind": "compute#operation", "operationType": "delete", "status": "DONE"}
+        return _error(404, "notFound", f"no route {method} resourcePolicies")
 
     def _insert(self, zone: str, body: dict[str, Any], rid: str) -> tuple[int, dict[str, Any]]:
         if rid and rid in self.request_ids:
@@ -239,7 +394,13 @@ class FakeGcp:
         if zone in self.reject_insert:
             status, reason, msg = self.reject_insert.pop(zone)
             return _error(status, reason, msg)
+        missing = self._policies_missing(zone, body.get("resourcePolicies") or [])
+        if missing:
+            return _error(404, "notFound", f"The resource '{missing}' was not found")
         fail = self.fail_insert.pop(zone, None) or self.stockout.get(zone)
+        if fail is None and not self._taken(zone, 1):
+            fail = ("ZONE_RESOURCE_POOL_EXHAUSTED", f"The zone 'projects/{PROJECT}/zones/"
+                    f"{zone}' does not have enough resources available.", 503, 0)  # fmt: skip
         if fail is not None:
             op = self._op(zone, "insert", name, status="RUNNING", user="spotwise")
             op["_fail"] = list(fail)  # a copy: the delay counts down per operation
@@ -392,6 +553,16 @@ class FakeGcp:
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/aggregated/(\w+)", path)
             if m and method == "GET":
                 return 200, self._aggregated(m.group(2), q)
+            m = re.fullmatch(
+                r"/compute/v1/projects/([^/]+)/regions/([^/]+)/resourcePolicies(?:/([^/]+))?", path
+            )
+            if m:
+                return self._policy_route(method, m.group(2), m.group(3), body, q)
+            m = re.fullmatch(
+                r"/compute/v1/projects/([^/]+)/zones/([^/]+)/instances/([^/]+)/setLabels", path
+            )
+            if m and method == "POST":
+                return self._set_labels(m.group(2), m.group(3), body or {})
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/zones/([^/]+)/(\w+)(?:/([^/]+))?", path)
             if not m:
                 return _error(404, "notFound", f"no route {method} {path}")
@@ -399,6 +570,8 @@ class FakeGcp:
             rid = q.get("requestId", [""])[0]
             flt = q.get("filter", [""])[0]
             if coll == "instances":
+                if method == "POST" and name == "bulkInsert":
+                    return self._bulk_insert(zone, body or {}, rid)
                 if method == "POST" and name is None:
                     return self._insert(zone, body or {}, rid)
                 if method == "GET" and name is None:
@@ -483,6 +656,14 @@ def _image(family: str) -> dict[str, Any]:
         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{IMAGE_PROJECT}/global/"
                     f"images/{family}-v20260512",
     }  # fmt: skip
+
+
+def _fingerprint(labels: dict[str, str]) -> str:
+    import base64
+    import hashlib
+
+    raw = hashlib.sha256(json.dumps(labels, sort_keys=True).encode()).digest()[:8]
+    return base64.b64encode(raw).decode()
 
 
 def _public(d: dict[str, Any]) -> dict[str, Any]:

@@ -3,12 +3,15 @@ README ships (iam-role.json) can be checked against the calls the code really ma
 `spotwise doctor` can ask testIamPermissions for exactly these.
 
 The permissions of each method are Compute Engine's API reference ("IAM Permissions" of
-instances.insert, .get, .list, .aggregatedList, .delete, zoneOperations.list and .get,
+instances.insert, .bulkInsert, .setLabels, .get, .list, .aggregatedList, .delete,
+resourcePolicies.insert, .list and .delete, zoneOperations.list and .get,
 machineTypes and acceleratorTypes .aggregatedList, images.getFromFamily) and of "Create a VM
 instance" (what a request body adds: metadata -> compute.instances.setMetadata, labels ->
 setLabels, a service account -> setServiceAccount and iam.serviceAccounts.actAs, a new boot
 disk -> compute.disks.create, a subnetwork or network -> compute.subnetworks.use, an
-external IP -> compute.subnetworks.useExternalIp, an image -> compute.images.useReadOnly).
+external IP -> compute.subnetworks.useExternalIp, an image -> compute.images.useReadOnly,
+a resource policy -> compute.resourcePolicies.use; a bulkInsert's instanceProperties add
+the same).
 The Billing Catalog needs no role; with user credentials its quota project needs
 serviceusage.services.use (Service Usage, "Quota project"). Pure data and functions.
 """
@@ -24,6 +27,11 @@ _CALLS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = tuple(
     (m, re.compile(p), perms)
     for m, p, perms in (
         ("POST", r"/zones/[^/]+/instances$", ("compute.instances.create",)),
+        ("POST", r"/zones/[^/]+/instances/bulkInsert$", ("compute.instances.create",)),
+        ("POST", r"/zones/[^/]+/instances/[^/]+/setLabels$", ("compute.instances.setLabels",)),
+        ("POST", r"/regions/[^/]+/resourcePolicies$", ("compute.resourcePolicies.create",)),
+        ("GET", r"/regions/[^/]+/resourcePolicies$", ("compute.resourcePolicies.list",)),
+        ("DELETE", r"/regions/[^/]+/resourcePolicies/[^/]+$", ("compute.resourcePolicies.delete",)),
         ("GET", r"/zones/[^/]+/instances$", ("compute.instances.list",)),
         ("GET", r"/zones/[^/]+/instances/[^/]+$", ("compute.instances.get",)),
         ("DELETE", r"/zones/[^/]+/instances/[^/]+$", ("compute.instances.delete",)),
@@ -48,6 +56,8 @@ def permissions(method: str, path: str, body: Mapping[str, Any] | None = None) -
             out = set(perms)
             if method == "POST" and path.endswith("/instances"):
                 out |= insert_extras(body or {})
+            if method == "POST" and path.endswith("/instances/bulkInsert"):
+                out |= insert_extras((body or {}).get("instanceProperties") or {})
             return out
     raise KeyError(f"{method} {path} is not in providers/gcp/iam.py")
 
@@ -72,6 +82,8 @@ def insert_extras(body: Mapping[str, Any]) -> set[str]:
             out.add("compute.subnetworks.use")
         if nic.get("accessConfigs"):
             out.add("compute.subnetworks.useExternalIp")
+    if body.get("resourcePolicies"):
+        out.add("compute.resourcePolicies.use")
     return out
 
 

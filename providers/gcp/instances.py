@@ -1,10 +1,12 @@
-"""Instances: launch (insert, not waited on), describe (instances + zone operations),
-terminate (delete), list by label, find by token.
+"""Instances: launch (insert, not waited on; a gang's bulkInsert, gangs.py), describe
+(instances + zone operations), terminate (delete), list by label, find by token.
 
 Stateless: the instance name is derived from the attempt token, so every call finds its VM
 again from the token or the persisted ref (name + zone). What the instance list cannot tell
 - a launch that failed inside its operation, a preemption, our own deletion - the zone
 operations do: describe reads them for refs that are gone or stopped.
+One module, over 600 lines: a single VM and a gang's bulkInsert share the token, the
+adoption, the operation reading and the end reasons (gangs.py holds the gang's own parts).
 """
 
 from __future__ import annotations
@@ -38,7 +40,18 @@ from providers.base import (
 from providers.gcp import ttl
 from providers.gcp.api import CLOUD, Api
 from providers.gcp.errors import api_codes, operation_failure, translate
-from providers.gcp.machine_series import boot_disk_type
+from providers.gcp.gangs import (
+    MAX_GANG,
+    RDZV_PORT,
+    Placement,
+    bulk_failure,
+    bulk_request_id,
+    instance_properties,
+    label_nodes,
+    node_name,
+    node_of_name,
+)
+from providers.gcp.machine_series import boot_disk_type, takes_compact_placement
 from providers.gcp.price_sheet import parse_shape, shape_name
 from providers.gcp.settings import region_of_zone
 from providers.gcp.startup import build_startup_script
@@ -96,18 +109,27 @@ def request_id(token: str, action: str = "insert") -> str:
     return str(uuid.uuid5(REQUEST_NS, f"{action}:{token}"))
 
 
-def make_scope(instance_type: str, market: Market) -> str:
+def make_scope(instance_type: str, market: Market, bulk: str = "") -> str:
     """What a ref must carry for describe to name the pool of a VM that never existed
-    (a launch failed inside its operation): 'n1-standard-8+1xnvidia-tesla-t4@spot'."""
-    return f"{instance_type}@{Market(market).value}"
+    (a launch failed inside its operation): 'n1-standard-8+1xnvidia-tesla-t4@spot', and for
+    a gang's VM the bulk operation to read ('...@spot@bulk-<requestId>')."""
+    out = f"{instance_type}@{Market(market).value}"
+    return f"{out}@{bulk}" if bulk else out
 
 
 def parse_scope(scope: str) -> tuple[str, Market]:
-    itype, _, market = scope.rpartition("@")
+    itype, _, market = scope.partition("@")
+    market = market.partition("@")[0]
     try:
         return itype, Market(market)
     except ValueError:
         return scope, Market.SPOT
+
+
+def scope_bulk(scope: str) -> str:
+    """The bulk operation's requestId a gang VM's scope names ("" for a single VM)."""
+    marker = scope.split("@")[2] if scope.count("@") >= 2 else ""
+    return marker.removeprefix("bulk-")
 
 
 def _last(url: str) -> str:
@@ -138,6 +160,7 @@ class Instances:
         self._api = api
         self._owner = owner
         self._caps = caps
+        self._placement = Placement(api, owner, caps)
 
     @property
     def _s(self):  # type: ignore[no-untyped-def]
@@ -154,14 +177,20 @@ class Instances:
             raise FatalError(f"gcp launch: offering belongs to cloud {o.cloud!r}")
         if o.region not in self._s.regions:
             raise FatalError(f"gcp launch: region {o.region} is not configured")
+        if request.count > 1:
+            return self._launch_gang(request)
         if request.count != 1:
-            raise LaunchRejected("gcp launch: gangs (count > 1) are not supported yet")
+            raise LaunchRejected(f"gcp launch: count {request.count} is not in 1..{MAX_GANG}")
         name = instance_name(request.token)
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
         if o.market is Market.SPOT:  # the trainer counts the whole window from the notice
             window = self._s.preemption_notice + ttl.SHUTDOWN_WINDOW
             env["SPOTWISE_NOTICE_SECONDS"] = f"{window.total_seconds():g}"
+        if request.gang_node is not None:  # one node of a gang, replacing a lost one
+            env["SPOTWISE_NODE_RANK"] = str(request.gang_node)
+            if request.gang_node == 0:  # it hosts the rendezvous: its own name
+                env["SPOTWISE_RDZV_ENDPOINT"] = f"{name}:{RDZV_PORT}"
         # LaunchRejected before any call.
         script = build_startup_script(request.command, env, gpus=o.gpu_count)
         ref = ResourceRef(name, o.region, o.zone, make_scope(o.instance_type, o.market))
@@ -170,7 +199,10 @@ class Instances:
             # adopt what is there rather than launch twice, even past the requestId window.
             return self.describe([ref])
         labels = self._labels(request)
+        policy = self._policy(request, labels)
         resource = self._resource(request, name, script, labels)
+        if policy:
+            resource.resource_policies = [policy]
         client = self._client()
         what = f"instances.insert {o.instance_type} ({o.market.value}) in {o.zone}"
         try:
@@ -198,14 +230,110 @@ class Instances:
                 id=name, cloud=CLOUD, region=o.region, zone=o.zone,
                 instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
                 tags=labels, launched_at=self._api.now(),
-                scope=make_scope(o.instance_type, o.market),
+                scope=make_scope(o.instance_type, o.market), node=request.node_of(0),
             )
         ]  # fmt: skip
+
+    def _launch_gang(self, request: LaunchRequest) -> list[Instance]:
+        """One bulkInsert with count = minCount = N, not waited on (see gangs.py): the N
+        VMs come back PENDING; a stockout or quota inside the operation is reported by
+        describe on every node, with how many the zone held."""
+        o = request.offering
+        n = request.count
+        if n > MAX_GANG:
+            raise LaunchRejected(f"gcp launch: count {n} is not in 1..{MAX_GANG}")
+        base = instance_name(request.token)
+        names = [node_name(base, i) for i in range(n)]
+        rid = request_id(request.token, "bulkInsert")
+        scope = make_scope(o.instance_type, o.market, bulk_request_id(rid))
+        refs = [ResourceRef(name, o.region, o.zone, scope) for name in names]
+        env = {str(k): str(v) for k, v in request.env.items()}
+        env["SPOTWISE_CLOUD"] = CLOUD
+        env["SPOTWISE_NNODES"] = str(n)
+        env.setdefault("SPOTWISE_RDZV_ENDPOINT", f"{names[0]}:{RDZV_PORT}")
+        script = build_startup_script(request.command, env, gpus=o.gpu_count, gang=True)
+        if self._list_zone(o.zone, names) or self._bulk_ops(o.zone, [rid]):
+            return self.describe(refs)  # a retry or a restart: adopt, never launch twice
+        labels = self._labels(request)
+        policy = self._policy(request, labels)
+        props = instance_properties(self._resource(request, names[0], script, labels), policy)
+        from google.cloud import compute_v1
+
+        body = compute_v1.BulkInsertInstanceResource(
+            count=n,
+            min_count=n,  # all or nothing: GCE deletes what it made when it cannot reach N
+            per_instance_properties={
+                name: compute_v1.BulkInsertInstanceResourcePerInstanceProperties(name=name)
+                for name in names
+            },
+            instance_properties=props,
+        )
+        what = f"instances.bulkInsert {n} x {o.instance_type} ({o.market.value}) in {o.zone}"
+        try:
+            op = self._client().bulk_insert_unary(
+                request={
+                    "project": self._s.project, "zone": o.zone,
+                    "bulk_insert_instance_resource_resource": body, "request_id": rid,
+                },
+                timeout=self._api.timeout,
+            )  # fmt: skip
+        except gexc.Conflict:  # a name of the family exists: ours, adopt the gang
+            return self.describe(refs)
+        except Exception as exc:
+            raise translate(
+                exc, what=what, pool=o.pool, secrets=self._api.secrets(), request=True
+            ) from None
+        if _done(op) and _has_error(op):
+            raise bulk_failure(op, o.pool, n, self._api.secrets()).to_error()
+        now = self._api.now()
+        return [
+            Instance(
+                id=name, cloud=CLOUD, region=o.region, zone=o.zone,
+                instance_type=o.instance_type, market=o.market, state=InstanceState.PENDING,
+                tags=dict(labels), launched_at=now, scope=scope, node=i,
+            )
+            for i, name in enumerate(names)
+        ]  # fmt: skip
+
+    def _bulk_ops(self, zone: str, rids: Iterable[str]) -> dict[str, Any]:
+        """The bulkInsert operations we sent with these requestIds, by requestId (GCE keeps
+        it as the operation's clientOperationId)."""
+        want = sorted(set(rids))
+        if not want:
+            return {}
+        client = self._api.compute("ZoneOperationsClient")
+        flt = f'clientOperationId eq "({"|".join(want)})"'
+        raws = self._api.call(
+            f"zoneOperations.list in {zone}",
+            lambda: list(
+                client.list(
+                    request={"project": self._s.project, "zone": zone, "filter": flt},
+                    timeout=self._api.timeout,
+                )
+            ),
+        )
+        return {
+            op.client_operation_id: op
+            for op in raws
+            if op.client_operation_id in want and op.operation_type == "bulkInsert"
+        }
+
+    def _policy(self, request: LaunchRequest, labels: dict[str, str]) -> str:
+        """The gang's compact placement policy (created if need be), where its machine
+        series takes one; "" otherwise."""
+        o = request.offering
+        machine, _, _ = parse_shape(o.instance_type)
+        if not request.placement_group or not takes_compact_placement(machine):
+            return ""
+        return self._placement.ensure(request, o.region, labels)
 
     def _labels(self, request: LaunchRequest) -> dict[str, str]:
         raw = {str(k): str(v) for k, v in request.tags.items()}
         raw.setdefault(TAG_OWNER, self._owner)
-        raw[TAG_NODE] = "0"
+        if request.count == 1:
+            raw[TAG_NODE] = str(request.node_of(0))
+        else:  # one set of labels for all N: each VM gets its node by setLabels (gangs.py)
+            raw.pop(TAG_NODE, None)
         out = {}
         for k, v in raw.items():
             key = self._caps.label(k)
@@ -363,16 +491,23 @@ class Instances:
         found: dict[tuple[str, str], Instance] = {}
         for zone, names in by_zone.items():
             raws = self._list_zone(zone, names)
+            label_nodes(self._api, raws.values(), self._caps.label(self._owner))
             views = {n: self._view(raw, now) for n, raw in raws.items()}
             undecided = [
                 n for n in names if n not in views or views[n].state is InstanceState.ENDED
             ]
             ops = self._ops(zone, undecided) if undecided else {}
+            bulk = self._bulk_ops(
+                zone, [b for n in undecided if (b := scope_bulk(scopes.get((zone, n), "")))]
+            )
             for n in names:
                 inst = views.get(n)
-                inst = self._merge_operations(
-                    inst, ops.get(n, []), zone, n, now, scopes.get((zone, n), "")
-                )
+                scope = scopes.get((zone, n), "")
+                op = bulk.get(scope_bulk(scope))
+                if inst is None and not ops.get(n) and op is not None:
+                    inst = self._bulk_ghost(op, zone, n, scope, now)
+                else:
+                    inst = self._merge_operations(inst, ops.get(n, []), zone, n, now, scope)
                 if inst is not None:
                     found[(zone, n)] = inst
         for r in refs:  # no zone: search every configured region by name
@@ -430,6 +565,26 @@ class Instances:
         ghost.ended_at = now
         return ghost
 
+    def _bulk_ghost(self, op: Any, zone: str, name: str, scope: str, now: datetime) -> Instance:
+        """A gang VM known only from its bulk operation: pending while it runs, a failed
+        launch (with how many the zone held) when it ended in an error."""
+        ghost = self._ghost(zone, name, [op], scope)
+        ghost.node = node_of_name(name) or 0
+        if not _done(op):
+            ghost.state = InstanceState.PENDING
+            return ghost
+        ghost.state = InstanceState.ENDED
+        ghost.ended_at = _time(op.end_time) or now
+        if _has_error(op):
+            meta = op.instances_bulk_insert_operation_metadata
+            statuses = list(dict(meta.per_location_status or {}).values()) if meta else []
+            target = max((int(st.target_vm_count or 0) for st in statuses), default=0)
+            ghost.failure = bulk_failure(op, ghost.pool, target, self._api.secrets())
+            ghost.end_reason = EndReason.LAUNCH_FAILED
+        else:  # created, gone since, and no operation of its own says why
+            ghost.end_reason = EndReason.UNKNOWN
+        return ghost
+
     def _ghost(self, zone: str, name: str, inserts: list[Any], scope: str) -> Instance:
         """An instance known only from its operations (never created, or already deleted)."""
         op = inserts[-1] if inserts else None
@@ -456,7 +611,8 @@ class Instances:
             id=raw.name, cloud=CLOUD, region=region_of_zone(zone), zone=zone,
             instance_type=itype, market=Market.SPOT if spot else Market.ON_DEMAND, state=state,
             tags=labels, launched_at=_time(raw.creation_timestamp),
-            node=int(labels[TAG_NODE]) if labels.get(TAG_NODE, "").isdigit() else 0,
+            node=int(labels[TAG_NODE]) if labels.get(TAG_NODE, "").isdigit()
+            else node_of_name(str(raw.name)) or 0,
         )  # fmt: skip
         inst.scope = make_scope(inst.instance_type, inst.market)
         if state is InstanceState.ENDED:
@@ -481,8 +637,15 @@ class Instances:
         now = self._api.now()
         return [self._view(r, now) for r in raws]
 
-    def _by_name(self, name: str, region: str = "") -> list[Instance]:
-        found = [i for i in self._aggregated(f'name eq "{name}"') if i.id == name]
+    def _by_name(self, name: str, region: str = "", family: bool = False) -> list[Instance]:
+        """The VM named `name` (with `family`, also its gang's nodes `name-n<i>`)."""
+        pattern = f"{name}(-n[0-9]+)?" if family else name
+        found = [
+            i
+            for i in self._aggregated(f'name eq "{pattern}"')
+            if i.id == name or (family and node_of_name(i.id) is not None
+                                and i.id.rsplit("-n", 1)[0] == name)
+        ]  # fmt: skip
         if region:
             found = [i for i in found if i.region == region]
         for i in found:
@@ -492,7 +655,8 @@ class Instances:
         return found
 
     def find_by_token(self, token: str, region: str = "") -> list[Instance]:
-        return self._by_name(instance_name(token), region)
+        found = self._by_name(instance_name(token), region, family=True)
+        return sorted(found, key=lambda i: i.node)
 
     def list_tagged(self, owner: str) -> list[TaggedResource]:
         value = self._caps.label(owner)
@@ -504,7 +668,7 @@ class Instances:
             # its boot disk, billed, so it counts as live for leak collection, which deletes
             # it once no live attempt owns it (the scheduler never terminates ended VMs).
             out.append(TaggedResource(i.ref, dict(i.tags), True, i.launched_at))
-        return out
+        return out + self._placement.list_tagged(value)
 
     # ----------------------------------------------------------------- terminate
 
@@ -512,6 +676,9 @@ class Instances:
         """Delete instances (their boot disks go with them); gone ones are not an error."""
         client = self._client()
         for ref in refs:
+            if ref.kind is ResourceKind.PLACEMENT_GROUP:
+                self._placement.delete(ref)
+                continue
             if ref.kind is not ResourceKind.INSTANCE:
                 continue
             zones = [ref.zone] if ref.zone else [i.zone for i in self._by_name(ref.id)]

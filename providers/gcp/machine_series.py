@@ -1,6 +1,7 @@
 """What each GPU machine series carries besides its GPUs, vCPUs and memory: the boot disk
-types it accepts, the local SSD it bundles (billed apart from the machine), and the family
-word of its Core and Ram SKUs in the Billing Catalog. One table per fact, each with its source.
+types it accepts, the local SSD it bundles (billed apart from the machine), the family word
+of its Core and Ram SKUs in the Billing Catalog, and whether a compact placement policy takes
+it (gangs). One table per fact, each with its source.
 """
 
 from __future__ import annotations
@@ -49,6 +50,17 @@ PRICE_FAMILY: dict[str, str] = {
     "a3-megagpu-": "A3PLUS",
     "a3-ultragpu-": "A3ULTRA",
 }
+
+
+# Series a compact placement policy takes (GPU machines): "Compact placement policy and
+# workload policy overview" (cloud.google.com AI Hypercomputer documentation, supported
+# machine types: A4X Max, A4X, A4, A3 Ultra, A3 Mega, A3 High, A3 Edge, A2, G4, G2). N1 with
+# attached GPUs is not among them: its gangs are bulk-inserted without one.
+COMPACT_PLACEMENT = ("a2-", "a3-", "a4-", "a4x-", "g2-", "g4-")
+
+
+def takes_compact_placement(machine: str) -> bool:
+    return machine.startswith(COMPACT_PLACEMENT)
 
 
 def _series(machine: str, table: dict[str, object]) -> str | None:

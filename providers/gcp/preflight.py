@@ -2,7 +2,8 @@
 created. Identity (Application Default Credentials and the quota project user credentials
 bill to); every permission of the role spotwise needs (projects.testIamPermissions, which
 answers with the subset the caller holds); the boot image resolves; the boot disk type is
-one the configured machine series take; the Billing Catalog answers.
+one the configured machine series take; gangs' compact placement policies can be listed
+(and how many of ours exist); the Billing Catalog answers.
 """
 
 from __future__ import annotations
@@ -52,8 +53,27 @@ def preflight(provider: GcpProvider) -> list[Check]:
     _permissions(checks, api, s.project)
     _image(checks, api, s.image)
     _disk(checks, s)
+    _placement(checks, provider)
     _billing(checks, api, quota)
     return checks.items
+
+
+def _placement(checks: Checks, provider: GcpProvider) -> None:
+    """Gangs' compact placement policies: listable in every configured region (leak
+    collection deletes them), and how many of ours exist now."""
+    name = "placement policies (gangs)"
+    try:
+        ours = provider._instances._placement.list_tagged(  # type: ignore[attr-defined]
+            provider._instances._caps.label(provider.owner)  # type: ignore[attr-defined]
+        )
+    except Exception as exc:
+        checks.problem(
+            name, f"resourcePolicies.list: {type(exc).__name__}: {str(exc)[:200]}",
+            f"grant the custom role in {ROLE_FILE} (compute.resourcePolicies.*)",
+        )  # fmt: skip
+        return
+    where = ", ".join(provider.settings.regions)
+    checks.ok(name, f"{len(ours)} of ours in {where} (deleted once their gang has ended)")
 
 
 def _permissions(checks: Checks, api: Any, project: str) -> None:

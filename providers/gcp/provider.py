@@ -15,6 +15,7 @@ from providers.adapter import Clock, CloudAdapter
 from providers.base import Capabilities, Offering, RiskSignal
 from providers.gcp import ttl
 from providers.gcp.api import Api
+from providers.gcp.gangs import MAX_GANG
 from providers.gcp.instances import Instances, instance_name, request_id
 from providers.gcp.offerings import Offerings
 from providers.gcp.risk import CapacityAdvice
@@ -34,10 +35,12 @@ CAPABILITIES = Capabilities(
     visibility_delay=ttl.VISIBILITY_DELAY,
     # instances.insert returns an operation; stockouts and quota can arrive in it later.
     launch_completes_later=True,
-    max_count=1,
-    placement_groups=False,
-    # Boot disks are auto_delete: nothing outlives the VM.
-    leaves_resources=False,
+    # A gang is one instances.bulkInsert with count = minCount = N (gangs.py).
+    max_count=MAX_GANG,
+    # Compact placement policies, where the machine series takes one (machine_series.py).
+    placement_groups=True,
+    # Boot disks are auto_delete; a gang's resource policy outlives its VMs (leak collected).
+    leaves_resources=True,
 )
 
 

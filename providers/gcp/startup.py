@@ -10,6 +10,7 @@ adapter reads as EXITED; leak collection deletes the stopped VM once its attempt
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from providers.boot_script import INSTANCE_LOG, STATE_DIR, BootParts, build
 from providers.gcp import ttl
@@ -46,10 +47,19 @@ OUTPUT = InstanceOutput(
 
 
 def build_startup_script(
-    command: Sequence[str], env: Mapping[str, str], *, poweroff: bool = True, gpus: int = 0
+    command: Sequence[str],
+    env: Mapping[str, str],
+    *,
+    poweroff: bool = True,
+    gpus: int = 0,
+    gang: bool = False,
 ) -> str:
     """A bash script running `command` with `env` exported; LaunchRejected when the request
     cannot be expressed (bad env names, an empty command, over GCE's metadata limit). With
-    `gpus`, the job waits (bounded, ttl.GPU_WAIT) for the driver the image installs."""
+    `gpus`, the job waits (bounded, ttl.GPU_WAIT) for the driver the image installs. With
+    `gang`, one script for N VMs: each takes its rank from its own name (`...-n<rank>`)."""
+    from providers.gcp.gangs import RANK_FROM_NAME
+
     wait = int(ttl.GPU_WAIT.total_seconds()) if gpus > 0 else 0
-    return build(PARTS, command, env, poweroff=poweroff, gpu_wait_s=wait)
+    parts = replace(PARTS, metadata=RANK_FROM_NAME) if gang else PARTS
+    return build(parts, command, env, poweroff=poweroff, gpu_wait_s=wait)

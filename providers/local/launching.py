@@ -95,7 +95,7 @@ class Launching(Observation):
         fresh = not any(self._locate(i) for i in ids)  # a retry completes what exists
         if fresh and off.market == Market.SPOT and not self.is_available(off.pool, now):
             raise CapacityUnavailable(f"no spot capacity in {off.pool} right now", pool=off.pool)
-        gang = self._gang_env(request, ids) if request.count > 1 else {}
+        gang = self._gang_env(request, ids) if request.gang else {}
         out: list[Instance] = []
         for node, iid in enumerate(ids):
             if self._locate(iid) is None and not self._has_capacity(off.pool):
@@ -109,23 +109,33 @@ class Launching(Observation):
                     pool=off.pool,
                 )
             env = {}
+            rank = request.node_of(node)
             if gang:  # torchrun's static rendezvous ranks the node by SPOTWISE_NODE_RANK
-                env = {**gang, "SPOTWISE_NODE_RANK": str(node)}
-            out.append(self._launch_node(request, row, node, iid, command, now, env))
+                env = {**gang, "SPOTWISE_NODE_RANK": str(rank)}
+            out.append(self._launch_node(request, row, rank, iid, command, now, env))
             if gang and node < len(ids) - 1:
                 _gang_node_pause()
         return out
 
     def _gang_env(self, request: LaunchRequest, ids: list[str]) -> dict[str, str]:
         """Node 0's rendezvous endpoint, on loopback: its port is picked once, when node 0
-        launches, and a retry completing the gang reads it back from node 0's spec."""
+        launches, and a retry completing the gang reads it back from node 0's spec. A node
+        launched alone to replace a lost one keeps the gang's size; it needs an endpoint
+        of its own only as node 0 (the others read node 0's from the checkpoint store)."""
+        if request.gang_node is not None:
+            size = request.env.get("SPOTWISE_NNODES", "")
+            env = {"SPOTWISE_NNODES": size} if size else {}
+            if request.gang_node != 0:
+                return env
+        else:
+            env = {"SPOTWISE_NNODES": str(request.count)}
         endpoint = request.env.get("SPOTWISE_RDZV_ENDPOINT", "")
         if not endpoint:
             spec0 = self._spec(ids[0]) if self._locate(ids[0]) else None
             endpoint = str(((spec0 or {}).get("env") or {}).get("SPOTWISE_RDZV_ENDPOINT", ""))
         if not endpoint:
             endpoint = f"127.0.0.1:{_free_port()}"
-        return {"SPOTWISE_RDZV_ENDPOINT": endpoint, "SPOTWISE_NNODES": str(request.count)}
+        return {**env, "SPOTWISE_RDZV_ENDPOINT": endpoint}
 
     def set_capacity(self, capacity: dict[str, int] | None) -> None:
         """How many live instances a pool holds (pool -> n, "*" for every pool); None lifts

@@ -248,3 +248,4 @@ def service_install(
         print_out(line)
     if not uninstall and report.ran:
         print_out("next: systemctl enable --now spotwise")
+        print_out("and for remote users: systemctl enable --now spotwise-server")

@@ -79,6 +79,19 @@ COMMANDS = (
     Command("db", "admin", "The database: schema (Alembic migrations), current revision, backup."),
     Command("service", "admin", "Run the daemon as a systemd service."),
     Command(
+        "server",
+        "server",
+        "The API server and dashboard for remote users (loopback unless told otherwise).",
+    ),
+    Command("user", "accounts", "Users of the API server: add, list, remove."),
+    Command("token", "accounts", "API tokens: create (shown once), list, revoke."),
+    Command(
+        "login",
+        "server",
+        "Remember an API server and token for this user's commands (a 0600 file).",
+    ),
+    Command("logout", "server", "Forget the API server and token `spotwise login` remembered."),
+    Command(
         "doctor",
         "doctor",
         "Check each configured cloud account and the checkpoint store before the first job.",

@@ -472,6 +472,40 @@ def bench_daemon(
         typer.echo(v)
 
 
+@bench_app.command("gangs")
+def bench_gangs(
+    output: OutputOpt = Output.table,
+    quick: QuickOpt = False,
+    nodes: Annotated[
+        list[int], typer.Option("--nodes", "-n", help="Gang sizes (repeatable; default 2, 4)")
+    ] = [],  # noqa: B006 (typer reads the default)
+    runs: Annotated[
+        int | None,
+        typer.Option("--runs", help="Local runs per size and recovery (default 5, 1 --quick)"),
+    ] = None,
+    replay_only: Annotated[
+        bool, typer.Option("--replay-only", help="Only the replay (no local runs)")
+    ] = False,
+) -> None:
+    """A gang losing one node: replacing it against re-placing the gang whole, timed on the
+    local market (loss to training resumed, and its cost) and costed in the replay."""
+    from scheduler.lab.bench_gangs import gangs_doc, gangs_table
+
+    sizes = sorted(set(nodes)) or [2, 4]
+    if any(n < 2 or n > 8 for n in sizes):
+        _err.print("spotwise bench gangs: --nodes takes 2 to 8 (the local market's largest gang)")
+        raise typer.Exit(2)
+    try:
+        doc = gangs_doc(sizes, runs or (1 if quick else 5), quick, not replay_only, _step)
+    finally:
+        _steps_done()
+    if output is Output.json:
+        print(json.dumps(rounded(doc), indent=2))
+        return
+    for line in gangs_table(doc):
+        _out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
 @bench_app.command("cli")
 def bench_cli(
     output: OutputOpt = Output.table,
@@ -527,3 +561,33 @@ def cli_table(doc: dict[str, Any]) -> list[str]:
         f"program: {' '.join(doc['program'])}",
     ]
     return out
+
+
+@bench_app.command("api")
+def bench_api(
+    clients: int = typer.Option(100, "--clients", help="Concurrent clients (threads)"),
+    seconds: float = typer.Option(30.0, "--seconds", help="How long they submit and read"),
+    output: str = typer.Option("table", "--output", "-o", help="table or json"),
+) -> None:
+    """The API server under load beside the daemon: throughput, latency, no job lost."""
+    from scheduler.lab.bench_api import run
+
+    doc = run(clients, seconds)
+    if output == "json":
+        typer.echo(json.dumps(doc, indent=2))
+        return
+    typer.echo(
+        f"{doc['clients']} clients for {doc['seconds']} s: {doc['requests']} requests, "
+        f"{doc['per_second']}/s, {doc['errors']} errors; {doc['jobs_submitted']} jobs "
+        f"submitted, {len(doc['jobs_lost'])} lost"
+    )
+    typer.echo(f"{'kind':>8} {'req':>7} {'req/s':>7} {'p50 ms':>8} {'p95 ms':>8} "
+               f"{'p99 ms':>8} {'max ms':>8} {'errors':>7}")  # fmt: skip
+    for kind, k in [*doc["kinds"].items(), ("all", {**doc["all"], "requests": doc["requests"],
+                    "per_second": doc["per_second"], "errors": doc["errors"]})]:  # fmt: skip
+        typer.echo(
+            f"{kind:>8} {k['requests']:>7} {k['per_second']:>7} {k['p50_ms']:>8} "
+            f"{k['p95_ms']:>8} {k['p99_ms']:>8} {k['max_ms']:>8} {k['errors']:>7}"
+        )
+    if doc["errors"] or doc["jobs_lost"] or not doc["daemon_alive"]:
+        raise typer.Exit(1)

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+# The stale-daemon warning and its ages: the same words from the API server.
+from scheduler.state.liveness import ago, daemon_warning  # noqa: F401  (re-exported)
+
 if TYPE_CHECKING:
     from rich.console import Console
     from sqlalchemy.engine import Engine
@@ -134,14 +137,6 @@ def money(x: float | None) -> str:
         return "-"
     cents = round(x, 2)
     return f"-${-cents:,.2f}" if cents < 0 else f"${cents + 0.0:,.2f}"
-
-
-def ago(seconds: float) -> str:
-    if seconds < 120:
-        return f"{int(seconds)}s"
-    if seconds < 7200:
-        return f"{int(seconds // 60)}m"
-    return f"{int(seconds // 3600)}h"
 
 
 def when(ts: datetime | None) -> str:
@@ -293,21 +288,6 @@ def daemon_config(
     return running.config
 
 
-def daemon_warning(cfg: Config, lease: dict[str, Any] | None) -> str | None:
-    """A line to print when no daemon is keeping this database (else None), from its
-    heartbeat `lease` (read_models.daemon_heartbeat; None: there is none). Lines for a daemon
-    that should be running but is silent start with 'daemon not seen'."""
-    if lease is None:
-        return "no spotwise daemon has run on this database yet: start one (spotwise daemon)"
-    age = (datetime.now(UTC) - lease["renewed_at"]).total_seconds()
-    stale = max(60.0, 6 * cfg.daemon.reconcile_interval.total_seconds() / _speed(cfg))
-    if lease["status"] == "stopped":
-        return f"the spotwise daemon stopped {ago(age)} ago: start it (spotwise daemon)"
-    if age > stale:
-        return f"daemon not seen for {ago(age)} (pid {lease['pid']} on {lease['host']})"
-    return None
-
-
 def print_daemon_warning(warning: str | None) -> None:
     """The stale-daemon warning, on stderr (every command that prints it prints it here)."""
     if warning:
@@ -319,13 +299,6 @@ def warn_if_no_daemon(cfg: Config, db: Database) -> None:
     from scheduler.state.read_models import daemon_heartbeat
 
     print_daemon_warning(daemon_warning(cfg, daemon_heartbeat(db)))
-
-
-def _speed(cfg: Config) -> float:
-    local = cfg.providers.local
-    if local is None or cfg.providers.aws is not None:
-        return 1.0
-    return float(local.speedup)
 
 
 def exit_on_known_error(e: Exception) -> None:

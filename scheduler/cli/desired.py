@@ -9,7 +9,7 @@ whole team asks first.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -45,6 +45,12 @@ def submit(
     output: OutputOpt = Format.table,
 ) -> None:
     """Validate and enqueue a job; prints its id."""
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        _submit_remote(api, job_file, dry_run, Format(str(output)))
+        return
     if dry_run:
         from scheduler.cli.plan import dry_run as print_plan
 
@@ -80,6 +86,32 @@ def submit(
         out_console().print(job.id)
 
 
+def _submit_remote(api: Any, job_file: Path, dry_run: bool, output: Format) -> None:
+    """Submit through the API server: the file is read here (the same messages for one that
+    cannot be read), checked and queued there, under the caller's user name."""
+    from scheduler.core.errors import UserError
+    from scheduler.state.files import read_toml_file
+
+    if dry_run:
+        raise UserError(
+            "submit --dry-run plans with the daemon's catalog and budgets: run it on the "
+            "daemon's host (without SPOTWISE_API)"
+        )
+    read_toml_file(job_file, "job file")
+    doc = api.post("/jobs", {"file": str(job_file), "text": job_file.read_text()})
+    _warn_remote(api)
+    if output == "json":
+        print_json(doc)
+    else:
+        out_console().print(doc["id"])
+
+
+def _warn_remote(api: Any) -> None:
+    from scheduler.cli.common import print_daemon_warning
+
+    print_daemon_warning(api.heartbeat()[1])
+
+
 @commands.command()
 def cancel(
     job: Annotated[
@@ -106,6 +138,24 @@ def cancel(
 
     if (job is None) == (team is None):
         raise UserError("give a JOB or --team TEAM (not both)")
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        if job is not None:
+            ids = [api.post(f"{api.job_path(job)}/cancel")["id"]]
+        else:
+            rows = api.status_document([], team, None)["jobs"]
+            live = [r for r in rows if not JobState(r["state"]).terminal]
+            if live and not yes:
+                _confirm_team_cancel(team or "", live)
+            ids = [api.post(f"{api.job_path(r['id'])}/cancel")["id"] for r in live]
+            if not ids:
+                print_err(f"no unfinished jobs in team {team!r}")
+        for i in ids:
+            print_out(f"cancel requested for {i}")
+        _warn_remote(api)
+        return
     cfg, engine = open_engine(config)
     now = clock_for(cfg).now()
     who = unix_user()
@@ -157,6 +207,14 @@ def release(
     config: ConfigOpt = None,
 ) -> None:
     """Put a HELD job back in the queue (a budget that still binds holds it again)."""
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        doc = api.post(f"{api.job_path(job)}/release")
+        print_out(f"{doc['id']} released: {doc['state']}")
+        _warn_remote(api)
+        return
     from scheduler.daemon.wiring import clock_for
     from scheduler.state.requeue import release as release_job
 
@@ -179,6 +237,14 @@ def requeue(
     config: ConfigOpt = None,
 ) -> None:
     """Run a FAILED job again, with its failure counters reset."""
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        doc = api.post(f"{api.job_path(job)}/requeue")
+        print_out(f"{doc['id']} requeued: {doc['state']}")
+        _warn_remote(api)
+        return
     from scheduler.daemon.wiring import clock_for
     from scheduler.state.requeue import requeue as requeue_job
 

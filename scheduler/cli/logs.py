@@ -55,11 +55,25 @@ def logs(
     config: ConfigOpt = None,
 ) -> None:
     """A job's stdout and stderr (the local market's files; for clouds, where they are)."""
+    from scheduler.cli.remote import target
     from scheduler.core.errors import UserError
     from scheduler.state import read_models
 
-    cfg, db = open_reads(config)
-    doc = read_models.job_detail(db, job, cfg)
+    api = target()
+    tail_attempt = None
+    if api is not None:
+        from scheduler.cli.remote_logs import attempts_reader, print_whole, tail_reader
+
+        doc = api.job_detail(job)
+        read = attempts_reader(api, doc["job"]["id"])
+        tail_attempt = tail_reader(api, doc["job"]["id"])
+    else:
+        cfg, db = open_reads(config)
+        doc = read_models.job_detail(db, job, cfg)
+
+        def read() -> dict[str, Any]:
+            return read_models.job_attempts(db, doc["job"]["id"], cfg)
+
     attempts = doc["attempts"]
     job_id = doc["job"]["id"]
     names = ["stdout", "stderr"] if stream is Stream.both else [stream.value]
@@ -75,19 +89,21 @@ def logs(
         raise UserError(f"job {job_id} has no attempt {attempt} (attempts: {have})")
     if not follow:
         assert chosen is not None
-        _print_whole(chosen, names)
+        if api is not None:
+            print_whole(api, job_id, chosen, names)
+        else:
+            _print_whole(chosen, names)
         return
 
     def write(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
-    def read() -> dict[str, Any]:
-        return read_models.job_attempts(db, job_id, cfg)
-
     code = 0
     with contextlib.suppress(KeyboardInterrupt):
-        code = follow_job(read, chosen["number"] if chosen else None, names, write)
+        code = follow_job(
+            read, chosen["number"] if chosen else None, names, write, tail_attempt=tail_attempt
+        )
     raise typer.Exit(code)
 
 
@@ -119,10 +135,12 @@ def follow_job(
     *,
     interval: float = POLL_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
+    tail_attempt: Callable[..., None] | None = None,
 ) -> int:
     """Follow a job from attempt `number` (None: its first) to its end: each attempt's
     output while it runs, a separator when it ends and the next one starts. Returns the exit
-    code for the job's end (0 SUCCEEDED, 1 FAILED or CANCELLED)."""
+    code for the job's end (0 SUCCEEDED, 1 FAILED or CANCELLED). `tail_attempt` reads an
+    attempt's output elsewhere than from files here (an API server's, cli/remote_logs.py)."""
     said_waiting = ""
     while True:
         doc = read()
@@ -152,7 +170,10 @@ def follow_job(
             def running(aid: str = attempt_id) -> bool:
                 return any(a["id"] == aid and a["state"] != "ENDED" for a in read()["attempts"])
 
-            tail_until_ended(paths, running, write, interval=interval, sleep=sleep)
+            if tail_attempt is not None:
+                tail_attempt(current, names, running, write, interval=interval, sleep=sleep)
+            else:
+                tail_until_ended(paths, running, write, interval=interval, sleep=sleep)
         else:
             write(f"==> attempt {current['number']}: {where['note']} <==")
             while any(

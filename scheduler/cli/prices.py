@@ -64,16 +64,26 @@ def prices(
     output: WideOutputOpt = Output.table,
 ) -> None:
     """Current offerings from the daemon's providers, cheapest first."""
-    from scheduler.daemon.wiring import build_providers
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg, db = _daemon_or_own_config(config)
-    providers = build_providers(cfg, read_only=True)
-    rows, problems = read_models.live_offerings(providers, gpu=gpu, cloud=cloud, market=market)
-    if output in ("wide", "json") and rows:
-        from scheduler.state.pool_hazards import annotate
+    api = target()
+    if api is not None:
+        query = {k: v for k, v in (("gpu", gpu), ("cloud", cloud), ("market", market)) if v}
+        got = with_times(api.get("/prices", query))
+        rows, problems = got["offerings"], got["errors"]
+    else:
+        from scheduler.daemon.wiring import build_providers
 
-        problems += annotate(rows, providers, db, cfg.policy.spot_interruption_prior)
+        cfg, db = _daemon_or_own_config(config)
+        providers = build_providers(cfg, read_only=True)
+        rows, problems = read_models.live_offerings(
+            providers, gpu=gpu, cloud=cloud, market=market
+        )
+        if output in ("wide", "json") and rows:
+            from scheduler.state.pool_hazards import annotate
+
+            problems += annotate(rows, providers, db, cfg.policy.spot_interruption_prior)
     for p in problems:
         print_err(f"warning: {p}")
     if output == "json":

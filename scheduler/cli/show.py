@@ -61,8 +61,17 @@ JobArg = Annotated[
 @commands.command()
 def show(job: JobArg, config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     """One job: what it asked for, attempts and why each ended, events, cost."""
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
+    api = target()
+    if api is not None:  # the server shows env values only to the job's team
+        doc = api.job_detail(job)
+        if output == "json":
+            print_json(doc)
+            return
+        _print_show(with_times(doc), api.screen(), api)
+        return
     cfg, db = open_reads(config)
     doc = read_models.job_detail(db, job, cfg)
     spec = doc.get("spec")
@@ -116,23 +125,34 @@ def events(
     output: WideOutputOpt = Output.table,
 ) -> None:
     """The audit log: what the daemon decided and why, and who asked."""
+    from scheduler.cli.remote import target
     from scheduler.cli.spend import parse_since
     from scheduler.state import read_models
 
-    cfg, db = open_reads(config)
-    screen = screen_clock(cfg)
-    start = parse_since(since, screen.daemon_now()) if since else None
     kinds = [x.strip() for k in kind or [] for x in k.split(",") if x.strip()] or None
+    api = target()
+    db: Any
+    if api is not None:
+        screen, db = api.screen(), api
+        parse_since(since, screen.daemon_now())  # the same message for a bad --since
 
-    def read(after: int | None = None, n: int = limit) -> list[dict[str, Any]]:
-        return read_models.event_rows(
-            db, job, n, since=start, kinds=kinds, actor=user, after_id=after
-        )
+        def read(after: int | None = None, n: int = limit) -> list[dict[str, Any]]:
+            return api.events(job=job, limit=n, since=since, kind=kinds, user=user, after_id=after)
+    else:
+        cfg, db = open_reads(config)
+        screen = screen_clock(cfg)
+        start = parse_since(since, screen.daemon_now()) if since else None
+
+        def read(after: int | None = None, n: int = limit) -> list[dict[str, Any]]:
+            return read_models.event_rows(
+                db, job, n, since=start, kinds=kinds, actor=user, after_id=after
+            )
 
     rows = read()
     if output == "json" and not follow:
         print_json(read_models.document(events=rows))
         return
+    newest = api.newest_event_id if api is not None else (lambda: _newest_id(db))
     printer = EventPrinter(
         screen,
         db,
@@ -144,7 +164,7 @@ def events(
     printer.print(rows, headers=True)
     if not follow:
         return
-    last = rows[-1]["id"] if rows else _newest_id(db)
+    last = rows[-1]["id"] if rows else newest()
     with contextlib.suppress(KeyboardInterrupt):
         while True:
             time.sleep(interval)
@@ -206,7 +226,10 @@ class EventPrinter:
     def cells(self, rows: list[dict[str, Any]]) -> list[dict[str, str]]:
         from scheduler.state.read_models import local_pools
 
-        pools = local_pools(self.db, [r["job_id"] for r in rows])
+        # A remote command's db is its API server (cli/remote.py), which answers this too.
+        finder = getattr(self.db, "local_pools", None)
+        ids = [r["job_id"] for r in rows]
+        pools = finder(ids) if finder is not None else local_pools(self.db, ids)
         out = []
         at = f"AT ({zone_name()})"
         for e in rows:

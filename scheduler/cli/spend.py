@@ -26,6 +26,7 @@ from scheduler.cli.common import (
     print_err,
     print_json,
     screen_clock,
+    stamp,
     terminal_width,
     when,
 )
@@ -43,6 +44,7 @@ BUDGET_COLUMNS = (
     Col("SPENT", right=True),
     Col("BURN/H", 2, right=True),
     Col("PROJECTED", 1, right=True),
+    Col("LIMIT AT", 3),
     Col("STATE"),
 )
 
@@ -50,10 +52,17 @@ BUDGET_COLUMNS = (
 @commands.command()
 def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     """Each budget the daemon enforces: limit, window, spent, projected, state."""
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output != "json")
-    rows = read_models.budget_rows(engine, cfg, screen_clock(cfg).daemon_now())
+    api = target()
+    if api is not None:
+        rows = with_times(api.get("/budgets")["budgets"])
+        screen = api.screen() if output != "json" else None
+    else:
+        cfg, engine = open_engine(config, warn=output != "json")
+        screen = screen_clock(cfg)
+        rows = read_models.budget_rows(engine, cfg, screen.daemon_now())
     if output == "json":
         print_json(read_models.document(budgets=rows))
         return
@@ -69,6 +78,8 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
             "SPENT": money(r["spent_usd"]),
             "BURN/H": money(r["burn_per_hour"]),
             "PROJECTED": money(r["projected_usd"]),
+            # The daemon's clock runs ahead on a sped-up local market: said in wall time.
+            "LIMIT AT": stamp(screen.wall(r["forecast_at"]) if screen else r["forecast_at"]),
             "STATE": r["state"],
         }
         for r in rows
@@ -76,7 +87,10 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
     width = terminal_width()
     for line in lines(layout(BUDGET_COLUMNS, cells, width), cells):
         sys.stdout.write(line + "\n")
-    print_err("PROJECTED: spend at the window's end if BURN/H goes on (none for a total window)")
+    print_err(
+        "PROJECTED: spend at the window's end if BURN/H goes on (none for a total window); "
+        "LIMIT AT: when the limit is reached at that rate, if within the window"
+    )
 
 
 def parse_since(text: str | None, now: datetime) -> datetime | None:
@@ -113,12 +127,20 @@ def cost(
     output: OutputOpt = Format.table,
 ) -> None:
     """What was spent, by team, job, cloud or day (the hourly spend budgets use)."""
+    from scheduler.cli.remote import target, with_times
     from scheduler.state import read_models
 
-    cfg, engine = open_engine(config, warn=output != "json")
-    now = screen_clock(cfg).daemon_now()
-    start, end = parse_since(since, now), parse_since(until, now)
-    rows = read_models.cost_rows(engine, by.value, start, end)
+    api = target()
+    if api is not None:
+        parse_since(since, datetime.now(UTC)), parse_since(until, datetime.now(UTC))
+        query = {"by": by.value, "since": since or "", **({"until": until} if until else {})}
+        got = with_times(api.get("/cost", query))
+        start, end, rows = got["since"], got["until"], got["costs"]
+    else:
+        cfg, engine = open_engine(config, warn=output != "json")
+        now = screen_clock(cfg).daemon_now()
+        start, end = parse_since(since, now), parse_since(until, now)
+        rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
     if output == "json":
         print_json(
@@ -162,6 +184,16 @@ def report(
     output: OutputOpt = Format.table,
 ) -> None:
     """Spend against the cheapest adequate on-demand, savings, interruptions, GPU-hours."""
+    from scheduler.cli.remote import target
+
+    api = target()
+    if api is not None:
+        from scheduler.cli.remote_report import print_remote_report
+
+        print_remote_report(
+            api, by.value, since, until, html is not None, output == "json", _print_report
+        )
+        return
     from scheduler.daemon.wiring import build_providers
     from scheduler.state import read_models
     from scheduler.state import report as rep

@@ -210,12 +210,29 @@ def status(
     bad = [x for x in states if x.upper() not in known]
     if bad:
         raise UserError(f"unknown state {bad[0]!r}: use one of {', '.join(sorted(known))}")
-    cfg, db = open_reads(config, warn=output != "json")
-    screen = screen_clock(cfg)
+    from scheduler.cli.remote import target, with_times
 
-    def rows(iso_times: bool = False) -> list[dict[str, Any]]:
-        found = read_models.job_rows(db, states=states, team=team, iso_times=iso_times)
-        return [r for r in found if r["submitted_by"] == user] if user else found
+    api = target()
+    if api is not None:  # an API server's answers, printed by the same code below
+        screen = api.screen()
+
+        def rows(iso_times: bool = False) -> list[dict[str, Any]]:
+            jobs = api.status_document(states, team, user)["jobs"]
+            return jobs if iso_times else with_times(jobs)  # type: ignore[no-any-return]
+
+        def heartbeat() -> tuple[dict[str, Any] | None, str | None]:
+            return api.heartbeat()
+    else:
+        cfg, db = open_reads(config, warn=output != "json")
+        screen = screen_clock(cfg)
+
+        def rows(iso_times: bool = False) -> list[dict[str, Any]]:
+            found = read_models.job_rows(db, states=states, team=team, iso_times=iso_times)
+            return [r for r in found if r["submitted_by"] == user] if user else found
+
+        def heartbeat() -> tuple[dict[str, Any] | None, str | None]:
+            lease = read_models.daemon_heartbeat(db)
+            return lease, daemon_warning(cfg, lease)
 
     def shown() -> tuple[list[dict[str, Any]], int]:
         # Scripts (-o json) get every job; people get finished ones only while recent (an
@@ -226,8 +243,7 @@ def status(
         cutoff = screen.daemon_time(datetime.now(UTC) - read_models.FINISHED_VISIBLE)
         return read_models.hide_finished(all_rows, cutoff)
 
-    lease = read_models.daemon_heartbeat(db)
-    warning = daemon_warning(cfg, lease)
+    lease, warning = heartbeat()
     # Exit 3 when the daemon should be running but its heartbeat is stale or absent; a
     # daemon that stopped cleanly is reported, not an error.
     failing = warning is not None and "stopped" not in warning
@@ -236,15 +252,19 @@ def status(
             with contextlib.suppress(KeyboardInterrupt):
                 _stream_changes(
                     lambda: read_models.document(
-                        jobs=rows(iso_times=True),
-                        daemon_warning=daemon_warning(cfg, read_models.daemon_heartbeat(db)),
+                        jobs=rows(iso_times=True), daemon_warning=heartbeat()[1]
                     ),
                     interval,
                     count,
                 )
             return
         # Byte for byte what print_json writes, much faster over thousands of rows.
-        if user:
+        if api is not None:
+            doc = api.status_document(states, team, user)
+            doc = read_models.document(
+                jobs=doc["jobs"], daemon_warning=doc["daemon_warning"], daemon=doc["daemon"]
+            )
+        elif user:
             doc = read_models.document(
                 jobs=rows(iso_times=True), daemon_warning=warning, daemon=lease
             )
@@ -292,7 +312,7 @@ def status(
         if failing:
             raise typer.Exit(3)
         return
-    _watch_table(render, lambda: daemon_warning(cfg, read_models.daemon_heartbeat(db)), interval)
+    _watch_table(render, lambda: heartbeat()[1], interval)
 
 
 def _watch_table(render: Any, current_warning: Any, interval: float) -> None:

@@ -47,16 +47,21 @@ def window_end(window: Window, now: datetime) -> datetime | None:
 @dataclass(frozen=True, slots=True)
 class BudgetRule:
     name: str
-    scope: str  # "global" | "team:NAME" | "job:NAME"
+    scope: str  # "global" | "team:NAME" | "job:NAME" | "user:NAME" (who submitted)
     limit_usd: float
     window: Window = Window.MONTH
     hard: bool = True
 
-    def applies_to(self, job_name: str, team: str) -> bool:
+    def applies_to(self, job_name: str, team: str, user: str = "") -> bool:
+        """Whether a job (its name, team and who submitted it) is in this budget's scope."""
         if self.scope == "global":
             return True
         kind, _, value = self.scope.partition(":")
-        return (kind == "team" and value == team) or (kind == "job" and value == job_name)
+        return (
+            (kind == "team" and value == team)
+            or (kind == "job" and value == job_name)
+            or (kind == "user" and bool(user) and value == user)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +120,7 @@ def max_affordable_price(
     team: str,
     hold_hours: float,
     count_burn: bool = True,
+    user: str = "",
 ) -> tuple[float | None, str]:
     """Highest $/h a new attempt may cost so every hard budget covering it survives `hold_hours`.
 
@@ -127,7 +133,7 @@ def max_affordable_price(
     best: float | None = None
     name = ""
     for st in statuses:
-        if not st.rule.hard or not st.rule.applies_to(job_name, team):
+        if not st.rule.hard or not st.rule.applies_to(job_name, team, user):
             continue
         burn = st.burn_per_hour if count_burn else 0.0
         room = st.rule.limit_usd - st.spent - burn * hold_hours
@@ -144,3 +150,25 @@ def must_stop(st: BudgetStatus, hold_hours: float) -> bool:
 
 def soft_exceeded(st: BudgetStatus) -> bool:
     return not st.rule.hard and st.spent > st.rule.limit_usd
+
+
+def limit_reached_at(
+    spent: float, burn_per_hour: float, limit: float, now: datetime, end: datetime | None
+) -> datetime | None:
+    """When a budget's spend reaches its limit if `burn_per_hour` goes on: None when it
+    does not within the window (it ends at `end`; None: a total window, no end), or when
+    nothing burns. A budget already at its limit reached it `now`."""
+    if spent >= limit:
+        return now
+    if burn_per_hour <= 0:
+        return None
+    at = now + timedelta(hours=(limit - spent) / burn_per_hour)
+    return at if end is None or at < end else None
+
+
+def thresholds_crossed(spent: float, limit: float, percents: Iterable[float]) -> list[float]:
+    """The alert thresholds (percents of the limit) that `spent` has reached."""
+    if limit <= 0:
+        return []
+    share = 100.0 * spent / limit
+    return sorted(p for p in percents if share >= p - 1e-9)

@@ -37,6 +37,7 @@ from scheduler.core.errors import (
     parse_toml,
     unusable_values,
 )
+from scheduler.core.gang_recovery import Recovery
 from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
 from trainer.contract import parse_uri
 
@@ -226,8 +227,8 @@ class BudgetSettings(StrictModel):
     @classmethod
     def _scope(cls, v: str) -> str:
         v = v.strip()
-        if v != "global" and not re.fullmatch(r"(team|job):[\w.-]{1,63}", v):
-            raise ValueError("scope must be 'global', 'team:NAME' or 'job:NAME'")
+        if v != "global" and not re.fullmatch(r"(team|job|user):[\w.@-]{1,63}", v):
+            raise ValueError("scope must be 'global', 'team:NAME', 'job:NAME' or 'user:NAME'")
         if v.startswith("team:"):  # teams are case-insensitive: 'Research' is 'research'
             v = "team:" + normalise_team(v[5:])
         return v
@@ -263,11 +264,68 @@ class PolicySettings(StrictModel):
         return v
 
 
+class GangSettings(StrictModel):
+    # How a running gang that lost nodes resumes (scheduler/core/gang_recovery.py): "auto"
+    # decides per loss by expected cost and time; "replace" replaces the lost nodes wherever
+    # a pool can take them; "whole" always stops the others and re-places the gang.
+    recovery: Recovery = Recovery.AUTO
+    # The longest the other nodes wait (billed) for a replacement to run; past it the gang
+    # is re-placed whole. A node's expected boot is [policy] restart_overhead.
+    replace_wait: PositiveDuration = timedelta(minutes=10)
+
+
+class ServerSettings(StrictModel):
+    """`spotwise server`: where it listens, its TLS, whom it believes about client addresses."""
+
+    # host:port; loopback by default (put TLS or a reverse proxy in front of anything else).
+    listen: str = Field(
+        default="127.0.0.1:8765", pattern=r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$"
+    )
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # Proxies whose X-Forwarded-For is believed (their own address otherwise counts).
+    trusted_proxies: list[str] = Field(default_factory=list)
+    # Failed authentications per client address per minute before it gets 429.
+    login_failures: int = Field(default=10, ge=1, le=100_000)
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: set both or neither")
+        return self
+
+
+class AlertSettings(StrictModel):
+    """Budget alerts: events, warnings in the log, metrics and, when set, a webhook."""
+
+    # Percent of a budget's limit; each is raised once per window.
+    thresholds: list[float] = Field(default_factory=lambda: [50.0, 80.0, 100.0])
+    # Say when a budget's window will reach its limit at the current burn, once per window.
+    forecast: bool = True
+    # A Slack-compatible incoming webhook (JSON with "text"); none: events and logs only.
+    webhook_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    webhook_timeout: PositiveDuration = timedelta(seconds=10)
+    # Tries per alert before it is given up (with back-off between them).
+    webhook_retries: int = Field(default=8, ge=1, le=1000)
+
+    @field_validator("thresholds")
+    @classmethod
+    def _percents(cls, v: list[float]) -> list[float]:
+        if any(not 0 < x <= 1000 for x in v):
+            raise ValueError(
+                "thresholds are percents of a budget's limit, above 0 and at most 1000"
+            )
+        return sorted(set(v))
+
+
 class Config(StrictModel):
     daemon: DaemonSettings = DaemonSettings()
     providers: ProvidersSettings = ProvidersSettings()
     budgets: list[BudgetSettings] = Field(default_factory=list)
     policy: PolicySettings = PolicySettings()
+    gangs: GangSettings = GangSettings()
+    server: ServerSettings = ServerSettings()
+    alerts: AlertSettings = AlertSettings()
 
     @model_validator(mode="after")
     def _checks(self) -> Config:

@@ -36,7 +36,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 from sqlalchemy.engine import Engine
 
-from scheduler.core.budget import window_end
+from scheduler.core.budget import Window, limit_reached_at, window_end
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
 from scheduler.core.states import AttemptEnd, AttemptState, JobState
@@ -95,6 +95,25 @@ class Metrics:
             budget_labels,
             registry=r,
         )
+        self.limit_reached = Gauge(
+            "spotwise_budget_limit_reached_timestamp_seconds",
+            "When the budget reaches its limit at the current burn, if within its window "
+            "(Unix time; 0: not in this window)",
+            budget_labels,
+            registry=r,
+        )
+        self.alerts = Counter(
+            "spotwise_budget_alerts",
+            "Budget alerts raised: a threshold of the limit crossed, or the limit forecast",
+            ["budget", "kind"],
+            registry=r,
+        )
+        self.webhook_pending = Gauge(
+            "spotwise_webhook_pending",
+            "Alerts waiting to be delivered to the webhook (0 when none is configured)",
+            registry=r,
+        )
+        self._last_alert: int | None = None
         self.offerings = Gauge(
             "spotwise_offerings",
             "Offerings in the catalog",
@@ -177,6 +196,7 @@ class Metrics:
         with engine.connect() as c:
             self._jobs(c, now)
             self._budgets(c, now)
+            self._alerts(c)
             self._burn(c)
             self._events(c)
             self._spend_since(c, now)
@@ -223,9 +243,32 @@ class Metrics:
             labels = (name, scope, window, "true" if hard else "false")
             self.spent.labels(*labels).set(spent)
             self.limit.labels(*labels).set(limit)
-            end = window_end(window, now)
+            end = window_end(Window(window), now)
             left = max(0.0, (end - now).total_seconds() / 3600.0) if end else 0.0
             self.projected.labels(*labels).set(spent + burn * left)
+            at = limit_reached_at(spent, burn, limit, now, end)
+            self.limit_reached.labels(*labels).set(at.timestamp() if at else 0.0)
+
+    def _alerts(self, c: sa.Connection) -> None:
+        """Alerts raised since the last refresh (by id), and the webhook's queue."""
+        last = self._last_alert
+        rows = c.execute(
+            sa.text("SELECT id, budget, kind FROM budgetalert WHERE id > :last ORDER BY id"),
+            {"last": last or 0},
+        ).all()
+        for i, budget, kind in rows:
+            if last is not None:  # alerts from before this daemon started are not counted
+                self.alerts.labels(budget, kind).inc()
+            self._last_alert = max(self._last_alert or 0, int(i))
+        if self._last_alert is None:
+            self._last_alert = 0
+        pending = c.execute(
+            sa.text(
+                "SELECT count(*) FROM webhookdelivery "
+                "WHERE delivered_at IS NULL AND gave_up_at IS NULL"
+            )
+        ).scalar()
+        self.webhook_pending.set(float(pending or 0))
 
     def _burn(self, c: sa.Connection) -> None:
         live = [

@@ -40,6 +40,7 @@ from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon import systemd
 from scheduler.daemon.metrics import Metrics
 from scheduler.daemon.reconcile import Reconciler
+from scheduler.daemon.webhook import WebhookSender
 from scheduler.daemon.wiring import build_providers, clock_for
 from scheduler.state.db import is_postgres, open_db, sqlite_path
 from scheduler.state.files import find_config, load_config
@@ -363,6 +364,9 @@ class Daemon:
         )
         self._schedule()
         self._scheduler.start()
+        # Budget alerts to the webhook, from their own thread (never in a pass).
+        webhooks = WebhookSender(self.reconciler.db, lambda: self.config)
+        webhooks.start()
         systemd.notify("READY=1")
         log.info(
             "spotwise daemon running (providers: %s)",
@@ -396,6 +400,7 @@ class Daemon:
         systemd.notify("STOPPING=1")
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
+        webhooks.stop()
         self._scheduler.shutdown(wait=True)
         if not self._lost.is_set() and self._gone is None:
             # The pass that saw an instance end had accrued to its own start, past the end;

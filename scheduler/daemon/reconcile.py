@@ -1,8 +1,9 @@
 """The reconcile loop: composes the controllers, one concern each, into the daemon's passes.
 
-Each pass is level-triggered and idempotent: observe the clouds, stop what must stop, step
-every job (the next state of a job whose attempt ended, placement, launch intents), launch
-the new intents and adopt the old ones, collect leaks. Every cloud call is preceded by a
+Each pass is level-triggered and idempotent: observe the clouds, stop what must stop,
+replace the lost nodes of running gangs, step every job (the next state of a job whose
+attempt ended, placement, launch intents), launch the new intents and adopt the old ones,
+collect leaks. Every cloud call is preceded by a
 committed intent, so a crash between any two steps is repaired by the next pass. Budget
 accrual and enforcement run as their own task (`accrue`) and never wait on a cloud call.
 """
@@ -20,8 +21,10 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.states import AttemptState
+from scheduler.daemon.alerts import AlertController
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, Fence, FencedStores, hours
+from scheduler.daemon.controllers.gang_recovery import GangRecovery
 from scheduler.daemon.controllers.instances import InstanceController
 from scheduler.daemon.controllers.job.controller import JobController
 from scheduler.daemon.controllers.launch.controller import LaunchController
@@ -71,8 +74,11 @@ class Reconciler:
         )
         self.spend = SpendController(self.db, clock, self.catalogs, cfg)
         self.prices = PriceController(self.db, clock, clouds, self.catalogs, self.spend.reprice)
+        self.gangs = GangRecovery(
+            self.db, clock, clouds, self.stores, self.catalogs, cfg, self.spend
+        )
         self.instances = InstanceController(
-            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end
+            self.db, clock, clouds, self.stores, cfg, self.spend.bill_to_end, self.gangs.on_loss
         )
         self.jobs = JobController(
             self.db, clock, self.catalogs, self.stores, self.spend, planner, cfg
@@ -82,6 +88,7 @@ class Reconciler:
         )
         self.stops = StopController(self.db, clock, clouds, cfg)
         self.leaks = LeakController(self.db, clock, clouds, cfg)
+        self.alerts = AlertController(self.db, clock, cfg)
 
     @staticmethod
     def _make_planner(config: Config) -> DeadlinePlanner:
@@ -135,6 +142,10 @@ class Reconciler:
 
     def accrue(self) -> None:
         self.spend.accrue()
+        self._guarded("alerts", self._alert)  # from what the accrual just published
+
+    def _alert(self) -> None:
+        self.alerts.check()
 
     def reconcile(self) -> None:
         """One level-triggered pass."""
@@ -143,6 +154,7 @@ class Reconciler:
         self._guarded("accrue", self.spend.accrue)
         self._guarded("stop", self.stops.step)
         self._guarded("observe", self.instances.observe)
+        self._guarded("gangs", self.gangs.step)  # replace lost nodes of running gangs
         intents: list[str] = []
 
         def step_jobs() -> None:

@@ -8,6 +8,7 @@ tests and image builds):
   /etc/spotwise/spotwise.toml        from deploy/spotwise.toml; never overwritten once there
                                      (deploy/ ships in the package: scheduler/deploy)
   /etc/systemd/system/spotwise.service
+  /etc/systemd/system/spotwise-server.service   the API server and dashboard, beside it
   /opt/spotwise/install-manifest.json   every file written and every command (to be) run
 
 The commands (sysusers, tmpfiles, the /opt/spotwise venv and its pip install, systemctl
@@ -28,6 +29,7 @@ from pathlib import Path
 from scheduler.core.errors import UserError
 
 UNIT = "etc/systemd/system/spotwise.service"
+SERVER_UNIT = "etc/systemd/system/spotwise-server.service"
 SYSUSERS = "etc/sysusers.d/spotwise.conf"
 TMPFILES = "etc/tmpfiles.d/spotwise.conf"
 CONFIG = "etc/spotwise/spotwise.toml"
@@ -173,9 +175,11 @@ def install(root: Path | None, source: Path | None = None) -> Report:
     try:
         if source is not None:
             unit = (source / "deploy" / "spotwise.service").read_text()
+            server_unit = (source / "deploy" / "spotwise-server.service").read_text()
             example = (source / "deploy" / "spotwise.toml").read_text()
         else:
             unit, example = deploy_text("spotwise.service"), deploy_text("spotwise.toml")
+            server_unit = deploy_text("spotwise-server.service")
     except OSError as e:
         raise UserError(
             f"cannot read {e.filename or 'deploy/spotwise.service'}: this spotwise was "
@@ -185,6 +189,7 @@ def install(root: Path | None, source: Path | None = None) -> Report:
     _put(base, SYSUSERS, SYSUSERS_TEXT, 0o644, report)
     _put(base, TMPFILES, TMPFILES_TEXT, 0o644, report)
     _put(base, UNIT, unit, 0o644, report)
+    _put(base, SERVER_UNIT, server_unit, 0o644, report)
     if (base / CONFIG).exists():
         report.kept.append("/" + CONFIG)  # the operator's edits win over the example
     else:
@@ -205,13 +210,14 @@ def uninstall(root: Path | None) -> Report:
     base = Path("/") if real else root
     assert base is not None
     report = Report()
-    for rel in (UNIT, SYSUSERS, TMPFILES, MANIFEST):
+    for rel in (UNIT, SERVER_UNIT, SYSUSERS, TMPFILES, MANIFEST):
         path = base / rel
         if path.exists():
             path.unlink()
             report.removed.append("/" + rel)
     report.kept += ["/" + CONFIG, STATE_DIR]
     report.commands = [
+        ["systemctl", "disable", "--now", "spotwise-server.service"],
         ["systemctl", "disable", "--now", "spotwise.service"],
         ["systemctl", "daemon-reload"],
     ]

@@ -157,11 +157,22 @@ class AttemptInstance(SQLModel, table=True):
     columns; a gang's cost is the sum over its rows, each billed from its own launch to its
     own end at the price actually paid."""
 
-    __table_args__ = (sa.UniqueConstraint("attempt_id", "node"),)
+    __table_args__ = (
+        sa.UniqueConstraint(
+            "attempt_id", "node", "round", name="uq_attemptinstance_attempt_node_round"
+        ),
+    )
 
-    id: str = Field(primary_key=True)  # "<attempt id>-n<node>"
+    id: str = Field(primary_key=True)  # "<attempt id>-n<node>", "-r<round>" after round 0
     attempt_id: str = Field(index=True, foreign_key="attempt.id")
     node: int = 0
+    # The rendezvous round the instance joined: 0 for the gang as launched, r for a node
+    # that replaced a lost one in round r (GangRound); a node's latest round is its current.
+    round: int = 0
+    # Set on a replacement in another pool than the attempt's (the same zone and instance
+    # type, the other market): billed at this price rather than the attempt's.
+    pool: str = ""
+    price_per_hour: float | None = None
     instance_id: str | None = Field(default=None, index=True)
     instance_scope: str = ""
     region: str = ""
@@ -174,6 +185,34 @@ class AttemptInstance(SQLModel, table=True):
     end_reason: str | None = None  # what the cloud said (providers.base.EndReason)
     exit_code: int | None = None
     cost_usd: float = 0.0
+
+
+class GangRound(SQLModel, table=True):
+    """One recovery of a running gang that lost nodes: the decision (replace the lost nodes,
+    keep the others; or re-place the gang whole) and, for a replacement, its progress. The
+    replacement nodes are AttemptInstance rows of the same attempt in this round, written
+    as the intent before their launch; the survivors learn the round from the checkpoint
+    store (trainer.rendezvous)."""
+
+    __table_args__ = (sa.UniqueConstraint("attempt_id", "round"),)
+
+    id: str = Field(primary_key=True)  # "<attempt id>-r<round>"
+    attempt_id: str = Field(index=True, foreign_key="attempt.id")
+    round: int
+    nodes: str  # the node ranks replaced, "1" or "0,2"
+    lost: str = ""  # the instances that were lost or noticed
+    # replacing -> resumed (every current node runs) | abandoned (re-placed whole);
+    # whole: the decision was to re-place the gang (kept for the record and the bench).
+    state: str = Field(default="replacing", index=True)
+    reason: str = ""  # the decision, in words, with its figures
+    pool: str = ""  # where the replacements go
+    price_per_hour: float = 0.0
+    decided_at: datetime = _utc()
+    deadline: datetime | None = _utc(default=None)  # the wait bound: re-placed whole after
+    directive_at: datetime | None = _utc(default=None)  # the round written to the store
+    resumed_at: datetime | None = _utc(default=None)
+    ended_at: datetime | None = _utc(default=None)
+    detail: str = ""
 
 
 class PriceSample(SQLModel, table=True):
@@ -296,3 +335,61 @@ class PolicyState(SQLModel, table=True):
     shape: str = Field(default="", index=True)
     state_json: str = "{}"
     updated_at: datetime = _utc()
+
+
+# -- who may use the API server (state/accounts.py) ----------------------------------------
+class ApiUser(SQLModel, table=True):
+    """A person (or a robot) the API server knows. `role`: admin (everything), member (reads
+    and acts on the jobs of `teams`) or viewer (reads them). Named `apiuser`: `user` is a
+    reserved word in PostgreSQL."""
+
+    name: str = Field(primary_key=True)
+    role: str = "member"
+    teams: str = ""  # comma-separated, normalised team names
+    created_at: datetime = _utc()
+    created_by: str = ""  # the Unix user who added it
+    disabled_at: datetime | None = _utc(default=None)
+
+
+class ApiToken(SQLModel, table=True):
+    """An API token: only the SHA-256 of its secret is stored (the token is shown once, at
+    creation); `id` is the public part every token starts with, for listing and revoking."""
+
+    id: str = Field(primary_key=True)
+    user_name: str = Field(index=True, foreign_key="apiuser.name")
+    secret_sha256: str
+    label: str = ""
+    created_at: datetime = _utc()
+    created_by: str = ""
+    expires_at: datetime | None = _utc(default=None)
+    revoked_at: datetime | None = _utc(default=None)
+
+
+# -- budget alerts (daemon/alerts.py) -------------------------------------------------------
+class BudgetAlert(SQLModel, table=True):
+    """An alert already raised: one per budget, window and kind ('50%', '80%', '100%',
+    'forecast'), so a restarted daemon never alerts twice for the same crossing."""
+
+    __table_args__ = (sa.UniqueConstraint("budget", "window_key", "kind"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    budget: str = Field(index=True)
+    window_key: str  # the window's start (ISO) or 'total'
+    kind: str
+    at: datetime = _utc()
+    message: str = ""
+
+
+class WebhookDelivery(SQLModel, table=True):
+    """An alert waiting to be (or already) sent to the configured webhook: an outbox the
+    daemon's sender thread drains with retries, so a slow or failing webhook never holds up
+    a pass, and nothing queued is lost to a restart."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    created_at: datetime = _utc()
+    payload_json: str
+    tries: int = 0
+    next_try_at: datetime = _utc(index=True)
+    delivered_at: datetime | None = _utc(default=None)
+    gave_up_at: datetime | None = _utc(default=None)
+    last_error: str = ""

@@ -145,7 +145,7 @@ _ATTEMPT_COLUMNS = (
     "end_reason", "exit_code", "cost_usd", "nodes", "detail", "stop_reason", "notice_at",
 )  # fmt: skip
 _NODE_COLUMNS = (
-    "attempt_id", "node", "instance_id", "zone", "state", "started_at", "ended_at",
+    "attempt_id", "node", "round", "instance_id", "zone", "state", "started_at", "ended_at",
     "end_reason", "exit_code", "cost_usd",
 )  # fmt: skip
 _EVENT_COLUMNS = ("id", "at", "level", "kind", "job_id", "attempt_id", "message", "actor")
@@ -158,6 +158,8 @@ def _select(table: str, columns: tuple[str, ...]) -> str:
 def _node_row(n: dict[str, Any]) -> dict[str, Any]:
     return {
         "node": n["node"],
+        # 0: launched with the gang; r: replaced a lost node in rendezvous round r.
+        "round": n["round"],
         "instance_id": n["instance_id"],
         "zone": n["zone"],
         "state": n["state"] or None,
@@ -235,13 +237,15 @@ def job_rows(
     states: list[str] | None = None,
     team: str | None = None,
     iso_times: bool = False,
+    teams: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """Jobs with their latest attempt unless it ended, active first, then newest first. One
     query of plain columns: no object per row, so `status` over tens of thousands of jobs
     stays fast.
     `iso_times` gives times as the ISO-8601 text `json_default` writes (for a document
-    encoded at once) instead of datetimes."""
-    rows = _status_rows(db, states, team)
+    encoded at once) instead of datetimes. `teams` (the API server's caller): only the jobs
+    of these teams (None: every team)."""
+    rows = _status_rows(db, states, team, teams)
     to = _iso if iso_times else _when
     return [
         dict(
@@ -265,12 +269,16 @@ def job_rows(
 
 
 def job_rows_json(
-    db: Database, *, states: list[str] | None = None, team: str | None = None
+    db: Database,
+    *,
+    states: list[str] | None = None,
+    team: str | None = None,
+    teams: tuple[str, ...] | None = None,
 ) -> EncodedJson:
     """`job_rows(iso_times=True)` as `dumps_document` encodes it, a column at a time instead
     of a dict per row: over 10,000 jobs the dicts cost more than the query."""
     width = len(_STATUS_FIELDS)
-    values = list(chain.from_iterable(_status_rows(db, states, team)))
+    values = list(chain.from_iterable(_status_rows(db, states, team, teams)))
     for i, name in enumerate(_STATUS_FIELDS):
         if name == "cost_usd":
             values[i::width] = [round(x, 6) for x in values[i::width]]
@@ -279,11 +287,16 @@ def job_rows_json(
     return EncodedJson(_encode_table(_STATUS_FIELDS, values))
 
 
-def _status_rows(db: Database, states: list[str] | None, team: str | None) -> list[tuple[Any, ...]]:
+def _status_rows(
+    db: Database,
+    states: list[str] | None,
+    team: str | None,
+    teams: tuple[str, ...] | None = None,
+) -> list[tuple[Any, ...]]:
     """`_STATUS_FIELDS` per job, times as stored, in status order: active first, then newest
     first, then by id (ids are unique: the order is total). Sorted here, not by the query:
     SQLite's sorter would carry every column of every row through a temporary b-tree."""
-    sql, params = _status_query(states, team)
+    sql, params = _status_query(states, team, teams)
     with reading(db) as query:
         rows = query(sql, params)
     rows.sort(key=itemgetter(_STATUS_FIELDS.index("id")))
@@ -294,7 +307,9 @@ def _status_rows(db: Database, states: list[str] | None, team: str | None) -> li
     ]
 
 
-def _status_query(states: list[str] | None, team: str | None) -> tuple[str, list[Any]]:
+def _status_query(
+    states: list[str] | None, team: str | None, teams: tuple[str, ...] | None = None
+) -> tuple[str, list[Any]]:
     """The status query and its parameters. A job's latest attempt is the one numbered
     `job.attempts` (both are written in one transaction: see Attempt.number), found through
     (job_id, number) per job, and shown only while it is live."""
@@ -317,6 +332,9 @@ def _status_query(states: list[str] | None, team: str | None) -> tuple[str, list
     if team:
         where.append("job.team = ?")
         params.append(team.strip().lower())
+    if teams is not None:
+        where.append(f"job.team IN ({placeholders(teams)})" if teams else "1 = 0")
+        params += list(teams)
     return sql + (f" WHERE {' AND '.join(where)}" if where else ""), params
 
 
@@ -503,24 +521,36 @@ def tail(path: Path, lines: int) -> list[str]:
     return data.decode(errors="replace").splitlines()[-lines:]
 
 
-def _find_job(query: Query, ref: str) -> dict[str, Any]:
+def _find_job(query: Query, ref: str, teams: tuple[str, ...] | None = None) -> dict[str, Any]:
     """A job by id, id prefix or unique name (the newest with that name): the rules of
-    state.desired.resolve, read without the tables."""
+    state.desired.resolve, read without the tables. `teams`: only among those teams' jobs
+    (a job of another team is not found, as if it did not exist)."""
     select = _select("job", _JOB_COLUMNS)
-    rows = query(f"{select} WHERE id = ?", (ref,))
+    params: list[Any] = []
+    if teams is not None:
+        select += f" WHERE team IN ({placeholders(teams)}) AND" if teams else " WHERE 1 = 0 AND"
+        params = list(teams)
+    else:
+        select += " WHERE"
+    like = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    rows = query(f"{select} id = ?", (*params, ref))
     if not rows:
-        rows = query(f"{select} WHERE id LIKE ? LIMIT 2", (ref + "%",))
+        rows = query(f"{select} id LIKE ? ESCAPE '\\' LIMIT 2", (*params, like))
         rows = rows if len(rows) == 1 else []
     if not rows:
-        rows = query(f"{select} WHERE name = ? ORDER BY created_at DESC LIMIT 1", (ref,))
+        rows = query(f"{select} name = ? ORDER BY created_at DESC LIMIT 1", (*params, ref))
     if not rows:
         raise UserError(f"no job {ref!r} (use an id from 'spotwise status')")
     return dict(zip(_JOB_COLUMNS, rows[0], strict=True))
 
 
-def job_detail(db: Database, ref: str, config: Config | None = None) -> dict[str, Any]:
+def job_detail(
+    db: Database, ref: str, config: Config | None = None, teams: tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """One job (`_find_job`'s rules; `teams`: among those teams' jobs only): its row, spec,
+    attempts with where their logs are, and its events."""
     with reading(db) as query:
-        job = _find_job(query, ref)
+        job = _find_job(query, ref, teams)
         attempts = [
             dict(zip(_ATTEMPT_COLUMNS, r, strict=True))
             for r in query(
@@ -536,7 +566,7 @@ def job_detail(db: Database, ref: str, config: Config | None = None) -> dict[str
         if ids:
             for r in query(
                 f"{_select('attemptinstance', _NODE_COLUMNS)} "
-                f"WHERE attempt_id IN ({placeholders(ids)}) ORDER BY node",
+                f"WHERE attempt_id IN ({placeholders(ids)}) ORDER BY node, round",
                 ids,
             ):
                 n = dict(zip(_NODE_COLUMNS, r, strict=True))
@@ -597,16 +627,22 @@ def event_rows(
     kinds: list[str] | None = None,
     actor: str | None = None,
     after_id: int | None = None,
+    teams: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """The newest `limit` events, oldest first: of one job's when `job` is given, at or
     after `since`, of these `kinds` (a kind ending in '*' is a prefix: 'attempt_*'), caused
-    by `actor` (a Unix user), with an id above `after_id` (what a follower has not seen)."""
+    by `actor` (a Unix user), with an id above `after_id` (what a follower has not seen).
+    `teams` (the API server's caller): events of those teams' jobs, and those of no job."""
     with reading(db) as query:
         where: list[str] = []
         params: list[Any] = []
         if job:
             where.append("job_id = ?")
-            params.append(_find_job(query, job)["id"])
+            params.append(_find_job(query, job, teams)["id"])
+        elif teams is not None:
+            inside = f"team IN ({placeholders(teams)})" if teams else "1 = 0"
+            where.append(f"(job_id IS NULL OR job_id IN (SELECT id FROM job WHERE {inside}))")
+            params += list(teams)
         if since is not None:
             where.append("at >= ?")
             params.append(_stored(since))
@@ -659,10 +695,11 @@ def local_pools(db: Database, job_ids: list[str]) -> dict[str, set[str]]:
 def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str, Any]]:
     """Configured budgets joined with the spend the daemon last accrued. `projected_usd` is
     the spend at the end of the current window (`projected_to`) if today's burn goes on; a
-    "total" budget has no end, so it has no projection."""
+    "total" budget has no end, so it has no projection. `forecast_at`: when the limit is
+    reached at that burn, if within the window."""
     from sqlmodel import Session, select
 
-    from scheduler.core.budget import window_end
+    from scheduler.core.budget import limit_reached_at, window_end
     from scheduler.state.models import BudgetSpend
 
     with Session(engine) as s:
@@ -686,6 +723,8 @@ def budget_rows(engine: Engine, config: Config, now: datetime) -> list[dict[str,
                 "burn_per_hour": round(burn, 6),
                 "projected_usd": round(used + burn * left_h, 6) if end else None,
                 "projected_to": end,
+                # When the limit is reached if this burn goes on (None: not in this window).
+                "forecast_at": limit_reached_at(used, burn, b.limit_usd, now, end),
                 "state": row.state if row else "ok",
                 "updated_at": row.updated_at if row else None,
             }
@@ -697,10 +736,15 @@ COST_GROUPS = ("team", "job", "cloud", "day")
 
 
 def cost_rows(
-    engine: Engine, by: str, since: datetime | None, until: datetime | None
+    engine: Engine,
+    by: str,
+    since: datetime | None,
+    until: datetime | None,
+    teams: tuple[str, ...] | None = None,
 ) -> list[dict[str, Any]]:
     """What was spent, grouped, from the hourly spend buckets budgets use (so the report and
-    the budgets always agree). An hour's bucket counts when any of its hour is in the window."""
+    the budgets always agree). An hour's bucket counts when any of its hour is in the window.
+    `teams` (the API server's caller): those teams' spend only."""
     import sqlalchemy as sa
     from sqlmodel import Session, col, func
 
@@ -725,6 +769,8 @@ def cost_rows(
         q = q.where(col(SpendBucket.hour) > since - timedelta(hours=1))
     if until is not None:
         q = q.where(col(SpendBucket.hour) < until)
+    if teams is not None:
+        q = q.where(col(SpendBucket.team).in_(list(teams)))
     with Session(engine) as s:
         found = s.execute(q.group_by(key)).all()
     rows = [

@@ -34,6 +34,8 @@ READ_COMMANDS = (
     ("cost",),
     ("report",),
     ("check-config",),
+    ("user", "list"),
+    ("token", "list"),
 )
 
 

@@ -65,7 +65,8 @@ def test_no_provider_means_local_market():
         (
             '[[budgets]]\nname = "a"\nlimit_usd = 1\n\n'
             '[[budgets]]\nname = "b"\nscope = "teams:x"\nlimit_usd = 2\n',
-            "<f>: budgets[1] 'b'.scope (line 7): scope must be 'global', 'team:NAME' or 'job:NAME'",
+            "<f>: budgets[1] 'b'.scope (line 7): scope must be 'global', 'team:NAME', "
+            "'job:NAME' or 'user:NAME'",
         ),
         ('[[budgets]]\nname = "a"\n', "<f>: budgets[0] 'a'.limit_usd: required key is missing"),
         ("[daemon\n", "<f>: not valid TOML: "),

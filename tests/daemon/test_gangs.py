@@ -31,6 +31,7 @@ from trainer import contract
 pytestmark = pytest.mark.timeout(120)
 POOL_A = "aws/us-east-1a/p3.2xlarge/spot"
 POOL_B = "aws/us-east-1b/p3.2xlarge/spot"
+WHOLE = {"recovery": "whole"}  # the gang is re-placed whole on any loss (tests of that path)
 
 
 class PartialCloud(FakeProvider):
@@ -142,7 +143,7 @@ def test_a_gang_whose_end_is_learned_after_an_accrual_is_billed_to_its_end_at_on
 
 
 def test_a_node_that_ends_before_its_peers_is_billed_to_its_end_in_that_pass(make_world):
-    w = make_world(budgets=[{"name": "all", "limit_usd": 100.0, "window": "total"}])
+    w = make_world(budgets=[{"name": "all", "limit_usd": 100.0, "window": "total"}], gangs=WHOLE)
     jid = w.submit(gpus="V100:1", nodes=2)
     w.tick()
     w.tick(600)
@@ -169,7 +170,7 @@ def _denied(self, uri, name):
 
 
 def test_a_notice_on_one_node_stops_the_whole_gang_which_is_replaced(make_world):
-    w = make_world()
+    w = make_world(gangs=WHOLE)
     jid = w.submit(gpus="V100:1", nodes=2)
     w.tick()
     (a,) = w.attempts(jid)
@@ -187,7 +188,7 @@ def test_a_notice_on_one_node_stops_the_whole_gang_which_is_replaced(make_world)
 
 
 def test_a_node_lost_without_notice_also_stops_the_gang(make_world):
-    w = make_world()
+    w = make_world(gangs=WHOLE)
     jid = w.submit(gpus="V100:1", nodes=2)
     w.tick()
     (a,) = w.attempts(jid)

@@ -173,3 +173,41 @@ def test_sysusers_and_tmpfiles_entries_apply_in_a_staging_root(tmp_path):
     assert (state.st_uid, state.st_gid, state.st_mode & 0o777) == (uid, gid, 0o770)
     conf = (tmp_path / service.CONFIG).stat()
     assert (conf.st_uid, conf.st_gid, conf.st_mode & 0o777) == (0, gid, 0o640)
+
+
+SERVER_UNIT = REPO / "deploy" / "spotwise-server.service"
+
+
+def test_the_server_unit_is_installed_beside_the_daemons_and_verifies(tmp_path):
+    exe = _analyze()
+    report = service.install(tmp_path)
+    unit = tmp_path / service.SERVER_UNIT
+    assert unit.read_text() == SERVER_UNIT.read_text()
+    assert "/" + service.SERVER_UNIT in report.written
+    settings = dict(
+        line.split("=", 1)
+        for line in unit.read_text().splitlines()
+        if "=" in line and line[0] != "#"
+    )
+    assert settings["ExecStart"].endswith("spotwise server --config /etc/spotwise/spotwise.toml")
+    assert settings["User"] == "spotwise" and settings["RestartPreventExitStatus"] == "2"
+    stub = tmp_path / "opt/spotwise/.venv/bin/spotwise"
+    stub.parent.mkdir(parents=True)
+    stub.write_text("#!/bin/sh\n")
+    stub.chmod(0o755)
+    unit.write_text(unit.read_text().replace("/opt/spotwise/.venv/bin/spotwise", str(stub)))
+    proc = subprocess.run(
+        [exe, "verify", "--man=no", str(unit)], capture_output=True, text=True, timeout=60
+    )
+    problems = [
+        line for line in (proc.stdout + proc.stderr).splitlines() if "server.service" in line
+    ]
+    assert proc.returncode == 0 and not problems, proc.stdout + proc.stderr
+    proc = subprocess.run(
+        [exe, "security", "--offline=yes", "--no-pager", str(SERVER_UNIT)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    m = re.search(r"Overall exposure level for spotwise-server\.service: (\d+\.\d)", proc.stdout)
+    assert m and float(m.group(1)) <= MAX_EXPOSURE, proc.stdout
+    removed = service.uninstall(tmp_path).removed
+    assert "/" + service.SERVER_UNIT in removed and not unit.exists()

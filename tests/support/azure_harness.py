@@ -65,8 +65,10 @@ def azure_harness(tmp_path: Path) -> Harness:
 
     h = Harness(
         provider, t4_offering(), inject_capacity=capacity,
+        inject_gang_capacity=lambda n: arm.capacity.__setitem__("Standard_NC4as_T4_v3", n),
         unknown_ref=ResourceRef("sw-000000000000000000000000", LOCATION, "eastus-1", rg),
         visible_within=10,
     )  # fmt: skip
     h.cleanup.append(lambda: provider.terminate([t.ref for t in provider.list_tagged(OWNER)]))
+    h.cleanup.append(arm.capacity.clear)  # the ARM is shared by the process's tests
     return h

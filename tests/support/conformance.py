@@ -34,6 +34,8 @@ class Harness:
     command: list[str] = field(default_factory=lambda: ["sleep", "300"])
     # Make the next launch into `offering`'s pool fail for capacity (now or in describe).
     inject_capacity: Callable[[], None] | None = None
+    # Let the pool take only this many more nodes (a gang's launch then falls short there).
+    inject_gang_capacity: Callable[[int], None] | None = None
     # Advance the provider's notion of time (fakes) or wait for real (clouds, processes).
     wait: Callable[[float], None] = time.sleep
     # A ref the cloud has never seen, in a place the provider can look.

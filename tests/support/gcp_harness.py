@@ -52,6 +52,7 @@ def gcp_harness(_: Path) -> Harness:
 
     h = Harness(
         provider, offer, inject_capacity=capacity, wait=lambda _s: None,
+        inject_gang_capacity=lambda n: fake.capacity.__setitem__(ZONE, n),
         unknown_ref=ResourceRef("sw-never-launched-0123456789ab", REGION, ZONE),
         visible_within=30,
     )  # fmt: skip

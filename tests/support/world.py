@@ -11,7 +11,13 @@ import pytest
 from sqlmodel import Session, select
 
 from scheduler.core.clock import SimClock
-from scheduler.core.config import BudgetSettings, Config, DaemonSettings, PolicySettings
+from scheduler.core.config import (
+    BudgetSettings,
+    Config,
+    DaemonSettings,
+    GangSettings,
+    PolicySettings,
+)
 from scheduler.core.jobspec import jobspec_from_dict
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.db import open_db
@@ -72,7 +78,7 @@ class World:
 
 @pytest.fixture
 def make_world(tmp_path):
-    def make(offerings=None, budgets=(), provider=None, policy=None, **daemon) -> World:
+    def make(offerings=None, budgets=(), provider=None, policy=None, gangs=None, **daemon) -> World:
         daemon.setdefault("database_url", f"sqlite:///{tmp_path}/db.sqlite")
         daemon.setdefault("accrue_interval", "30s")
         daemon.setdefault("stop_grace", "30s")
@@ -80,6 +86,7 @@ def make_world(tmp_path):
             daemon=DaemonSettings(**daemon),
             budgets=[BudgetSettings(**b) for b in budgets],
             policy=PolicySettings(**(policy or {})),
+            gangs=GangSettings(**(gangs or {})),
         )
         fake = provider or FakeProvider(
             offerings

@@ -57,17 +57,35 @@ def _interrupt_node_1(sw: Spotwise, job_id: str) -> dict:
     return row
 
 
-def test_a_two_node_gang_survives_losing_a_node_and_resumes_exactly(tmp_path):
-    reference = tmp_path / "reference.jsonl"
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The uninterrupted run every gang's losses and weights are compared with: one node of
+    four ranks (global rank = node x 2 + local rank in the gang)."""
+    tmp = tmp_path_factory.mktemp("reference")
+    out = tmp / "reference.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SPOTWISE_")}
     subprocess.run(
         [sys.executable, "-m", "trainer", "--nproc-per-node", "4", *ARGS,
-         "--checkpoint.uri", str(tmp_path / "ref-ckpt"), "--debug.metrics_file", str(reference),
-         "--debug.final_params_file", str(reference.with_suffix(".pt"))],
+         "--checkpoint.uri", str(tmp / "ref-ckpt"), "--debug.metrics_file", str(out),
+         "--debug.final_params_file", str(out.with_suffix(".pt"))],
         check=True, env=env, timeout=240, capture_output=True,
     )  # fmt: skip
+    return out
 
+
+def _exact(reference: Path, metrics: Path) -> None:
+    want, got = _losses(reference), _losses(metrics)
+    assert set(got) == set(range(1, STEPS + 1)) and all(len(v) == 1 for v in got.values())
+    # Bit-exact: every step's loss, before and after the resume, and the final weights are
+    # the uninterrupted 1 node x 4 ranks reference's (global rank = node * 2 + local rank).
+    assert {s: got[s] for s in got if got[s] != want[s]} == {}
+    assert same_params(reference.with_suffix(".pt"), metrics.with_suffix(".pt"))
+
+
+def test_a_two_node_gang_survives_losing_a_node_and_resumes_exactly(tmp_path, reference):
     sw = Spotwise(tmp_path)
+    with sw.config.open("a") as f:
+        f.write('\n[gangs]\nrecovery = "whole"\n')
     metrics = tmp_path / "gang.jsonl"
     sw.start()
     try:
@@ -93,14 +111,47 @@ def test_a_two_node_gang_survives_losing_a_node_and_resumes_exactly(tmp_path):
     log = (Path(row["checkpoint_uri"].removeprefix("file://"))).glob("step-*")
     steps = sorted(int(p.name.split("-")[1]) for p in log)
     assert steps and steps[-1] == STEPS
-    want, got = _losses(reference), _losses(metrics)
-    assert set(got) == set(range(1, STEPS + 1)) and all(len(v) == 1 for v in got.values())
     # The second attempt re-ran no step: it resumed from the one the whole gang stopped on.
     assert len(metrics.read_text().splitlines()) == STEPS
-    # Bit-exact: every step's loss, before and after the resume, and the final weights are
-    # the uninterrupted 1 node x 4 ranks reference's (global rank = node * 2 + local rank).
-    assert {s: got[s] for s in got if got[s] != want[s]} == {}
-    assert same_params(reference.with_suffix(".pt"), metrics.with_suffix(".pt"))
+    _exact(reference, metrics)
+
+
+def test_a_two_node_gang_replaces_the_lost_node_keeps_the_other_and_resumes_exactly(
+    tmp_path, reference
+):
+    """The replace-one path: node 1 is taken back, node 0 keeps running (its wrapper waits
+    for the next rendezvous round), one replacement joins as node 1 in round 1, and every
+    rank resumes from the common checkpoint, bit-exactly, in the same attempt."""
+    sw = Spotwise(tmp_path)
+    with sw.config.open("a") as f:
+        f.write('\n[gangs]\nrecovery = "replace"\n')
+    metrics = tmp_path / "replace.jsonl"
+    sw.start()
+    try:
+        job_id = sw.cli("submit", str(_job(tmp_path, "replace", metrics)))["id"]
+        before = sw.cli("show", job_id)
+        _interrupt_node_1(sw, job_id)
+        row = sw.wait_job(job_id, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=240)
+        shown = sw.cli("show", job_id)
+        events = sw.cli("events", "--job", job_id)["events"]
+    finally:
+        if sw.daemon and sw.daemon.poll() is None:
+            sw.stop()
+    assert row["state"] == "SUCCEEDED" and row["recoveries"] == 0, row
+    (only,) = shown["attempts"]  # one attempt: the gang was never re-placed
+    assert only["end_reason"] == "finished" and only["nodes"] == 2
+    got = [(n["node"], n["round"]) for n in only["instances"]]
+    assert got == [(0, 0), (1, 0), (1, 1)], got
+    node0 = only["instances"][0]["instance_id"]
+    assert node0 == before["attempts"][0]["instances"][0]["instance_id"]  # kept, never stopped
+    kinds = [e["kind"] for e in events]
+    assert "gang_replace" in kinds and "gang_resumed" in kinds and "gang_stop" not in kinds
+    assert only["cost_usd"] == pytest.approx(
+        sum(n["cost_usd"] for n in only["instances"]), abs=1e-6 * 3
+    )
+    # Every step once: the round resumed from the common checkpoint, re-running nothing.
+    assert len(metrics.read_text().splitlines()) == STEPS
+    _exact(reference, metrics)
 
 
 def test_an_elastic_gang_continues_on_one_node(tmp_path):

@@ -42,8 +42,19 @@ class GangShortfall(ProviderError):
         self.cleaned = cleaned
 
 
-def node_id(attempt_id: str, node: int) -> str:
-    return f"{attempt_id}-n{node}"
+def node_id(attempt_id: str, node: int, rnd: int = 0) -> str:
+    """A node row's id: "<attempt id>-n<node>", and "-r<round>" for a replacement."""
+    return f"{attempt_id}-n{node}" if rnd == 0 else f"{attempt_id}-n{node}-r{rnd}"
+
+
+def current_rows(rows: Iterable[AttemptInstance]) -> list[AttemptInstance]:
+    """Each node's latest row (its replacement, once a round replaced it), in node order:
+    what the gang is now. The rows they superseded stay, billed, until they end."""
+    best: dict[int, AttemptInstance] = {}
+    for r in rows:
+        if r.node not in best or r.round > best[r.node].round:
+            best[r.node] = r
+    return [best[k] for k in sorted(best)]
 
 
 def nodes_of(s: Session, attempt_ids: Iterable[str]) -> dict[str, list[AttemptInstance]]:
@@ -54,7 +65,7 @@ def nodes_of(s: Session, attempt_ids: Iterable[str]) -> dict[str, list[AttemptIn
         rows = s.exec(
             select(AttemptInstance)
             .where(col(AttemptInstance.attempt_id).in_(ids[k : k + 500]))
-            .order_by(col(AttemptInstance.node))
+            .order_by(col(AttemptInstance.node), col(AttemptInstance.round))
         ).all()
         for r in rows:
             out[r.attempt_id].append(r)
@@ -83,7 +94,7 @@ def record_nodes(
     so recording a pass of launches is one query, not one per attempt."""
     if known is None:
         known = s.exec(select(AttemptInstance).where(AttemptInstance.attempt_id == a.id)).all()
-    have = {r.node: r for r in known}
+    have = {r.node: r for r in current_rows(known)}
     for inst in instances:
         node = inst.node if a.nodes > 1 else 0
         row = have.get(node) or AttemptInstance(
@@ -101,6 +112,25 @@ def record_nodes(
             a.region = inst.region or a.region
     s.add(a)
     return [have[k] for k in sorted(have)]
+
+
+def classified_rows(rows: Iterable[AttemptInstance]) -> list[AttemptInstance]:
+    """The row that says how each node ended, for classifying the gang's end: its latest
+    that ever ran (a replacement that never started leaves the word to the node it was to
+    replace), else its first."""
+    best: dict[int, AttemptInstance] = {}
+    for r in rows:
+        have = best.get(r.node)
+        if have is None or (r.started_at is not None and r.round > have.round):
+            best[r.node] = r
+    return [best[k] for k in sorted(best)]
+
+
+# Called in the InstanceController's transaction with the attempt, all its node rows and the
+# current ones lost or noticed; True when the recovery took them over (replacing them).
+GangLossHook = Callable[
+    [Session, Attempt, list[AttemptInstance], list[AttemptInstance], datetime], bool
+]
 
 
 class NodeState(Protocol):

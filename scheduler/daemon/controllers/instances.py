@@ -13,7 +13,8 @@ launch timeout is stopped and its pool marked.
 One file, unlike the job and launch controllers: it is one phase (the clouds' listing, then
 what it says written back), and its single-instance and gang paths share the store reads
 made before the transaction, the wait for an unreadable store and the billing to an end;
-kept apart, code that has to change together would sit in two files.
+kept apart, code that has to change together would sit in two files. One module, over
+600 lines, for that reason.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from providers.base import (
     FailureKind,
     Instance,
     InstanceState,
+    LaunchFailure,
     Market,
     ResourceRef,
 )
@@ -50,6 +52,9 @@ from scheduler.daemon.controllers.base import (
     safe_message,
 )
 from scheduler.daemon.controllers.gang import (
+    GangLossHook,
+    classified_rows,
+    current_rows,
     mark_gang_capacity,
     nodes_of,
     observe_node,
@@ -90,8 +95,12 @@ class InstanceController:
         stores: CheckpointStores,
         config: Callable[[], Config],
         bill_to_end: Callable[[Session, datetime, list[str]], None],
+        on_gang_loss: GangLossHook | None = None,
     ) -> None:
         self._config = config
+        # Nodes of a running gang lost or noticed: True when they are being replaced
+        # (GangRecovery.on_loss); otherwise the others are stopped and the gang re-placed.
+        self._on_gang_loss = on_gang_loss
         self.db = db
         self.clock = clock
         self._clouds = clouds
@@ -177,14 +186,14 @@ class InstanceController:
             seen = {i.id: i for i in (r.value or [])} if r is not None else {}
             delay = clouds.providers[a.provider].capabilities.visibility_delay
             since = a.launch_requested_at or a.created_at
-            views: dict[int, Instance] = {}
+            views: dict[str, Instance] = {}  # by node row: a replaced node has two
             for row in nodes.get(a.id, []):
                 inst = seen.get(row.instance_id or "")
                 if inst is None or row.state is AttemptState.ENDED:
                     continue
                 if inst.state is InstanceState.NOT_FOUND and now - since < delay:
                     continue
-                views[row.node] = inst
+                views[row.id] = inst
             self._apply_gang(a, uri, nodes.get(a.id, []), views, now)
 
     def _apply_gang(
@@ -192,13 +201,13 @@ class InstanceController:
         a: Attempt,
         uri: str,
         rows: list[AttemptInstance],
-        views: dict[int, Instance],
+        views: dict[str, Instance],
         now: datetime,
     ) -> None:
         """One gang: its nodes' rows follow the cloud, then the gang follows its nodes."""
         gone = (InstanceState.ENDED, InstanceState.NOT_FOUND)
         all_end = bool(rows) and all(
-            r.state is AttemptState.ENDED or (r.node in views and views[r.node].state in gone)
+            r.state is AttemptState.ENDED or (r.id in views and views[r.id].state in gone)
             for r in rows
         )
         done, code = False, None
@@ -219,16 +228,16 @@ class InstanceController:
             mine = s.exec(
                 select(AttemptInstance)
                 .where(AttemptInstance.attempt_id == a.id)
-                .order_by(col(AttemptInstance.node))
+                .order_by(col(AttemptInstance.node), col(AttemptInstance.round))
             ).all()
-            failures: dict[int, FailureKind] = {}
+            failures: dict[str, LaunchFailure] = {}
             node_ended = False
             for r in mine:
-                inst = views.get(r.node)
+                inst = views.get(r.id)
                 if inst is None:
                     continue
                 if inst.failure is not None:
-                    failures[r.node] = inst.failure.kind
+                    failures[r.id] = inst.failure
                 was = r.state
                 observe_node(r, inst, now)
                 s.add(r)
@@ -247,7 +256,10 @@ class InstanceController:
             started = [r.started_at for r in mine if r.started_at is not None]
             if started and a.started_at is None:
                 a.started_at = a.accrued_until = min(started)
-            noticed = [r for r in mine if r.notice_at is not None]
+            # What the gang is now: a node replaced in a later round is its replacement; the
+            # row it superseded bills until it ends but no longer speaks for the gang.
+            current = current_rows(mine)
+            noticed = [r for r in current if r.notice_at is not None]
             if noticed and a.notice_at is None:
                 first = min(noticed, key=lambda r: r.notice_at)  # type: ignore[arg-type,return-value]
                 a.notice_at = first.notice_at
@@ -271,7 +283,16 @@ class InstanceController:
                 return
             if node_ended:  # one node's end, while its peers run: billed to its end now
                 self._bill_to_end(s, now, [a.id])
-            lost = [r for r in mine if r.state is AttemptState.ENDED and _lost_node(r)]
+            lost = [r for r in current if r.state is AttemptState.ENDED and _lost_node(r)]
+            losses = list({r.id: r for r in noticed + lost}.values())
+            if (
+                losses
+                and a.stop_requested_at is None
+                and self._on_gang_loss is not None
+                and self._on_gang_loss(s, a, list(mine), losses, now)
+            ):
+                # Replacing them (gang_recovery): the others keep running, the gang goes on.
+                noticed, lost = [], []
             if (noticed or lost) and a.stop_requested_at is None:
                 # Tell the other nodes to checkpoint: the common checkpoint, then re-place.
                 request_stop(s, a, PEER_STOP, now)
@@ -326,7 +347,7 @@ class InstanceController:
         s,  # type: ignore[no-untyped-def]
         a: Attempt,
         rows: list[AttemptInstance],
-        failures: dict[int, FailureKind],
+        failures: dict[str, LaunchFailure],
         done: bool,
         code: int | None,
         now: datetime,
@@ -337,10 +358,10 @@ class InstanceController:
                 r.exit_code if r.exit_code is not None else code,
                 done,
                 None,
-                failures.get(r.node)
+                (f.kind if (f := failures.get(r.id)) is not None else None)
                 or (FailureKind.FATAL if r.end_reason == EndReason.LAUNCH_FAILED.value else None),
             )
-            for r in rows
+            for r in classified_rows(rows)
         ]
         end = classify_gang(facts, a.stop_reason)
         a.state = AttemptState.ENDED
@@ -350,6 +371,8 @@ class InstanceController:
         a.end_reason = end
         a.exit_code = code if code is not None else rows[0].exit_code
         s.add(a)
+        if end is AttemptEnd.LAUNCH_FAILED and failures:
+            self._gang_launch_failed(s, a, list(failures.values()), now)
         if a.market == Market.SPOT.value:
             ps = s.get(PoolState, a.pool) or PoolState(pool=a.pool)
             # Learned per node-hour: a gang of N is N nodes' exposure, one interruption.
@@ -367,11 +390,31 @@ class InstanceController:
             s,
             now,
             f"attempt_{end.value}",
-            f"gang of {len(rows)} on {a.pool} ended: {end.value}",
+            f"gang of {a.nodes} on {a.pool} ended: {end.value}",
             job_id=a.job_id,
             attempt_id=a.id,
             level="warning" if end in (AttemptEnd.INTERRUPTED, AttemptEnd.LOST) else "info",
         )
+
+    def _gang_launch_failed(
+        self, s: Session, a: Attempt, failures: list[LaunchFailure], now: datetime
+    ) -> None:
+        """A gang whose launch failed after it returned (GCE's bulk operation, an Azure node's
+        allocation): the pool is marked for gangs larger than what it held, or for everyone
+        when it held none; a permission or setting marks nothing."""
+        f = next((x for x in failures if x.kind in (FailureKind.CAPACITY, FailureKind.QUOTA)),
+                 failures[0])  # fmt: skip
+        a.detail = f.message[:500]
+        s.add(a)
+        if f.kind is FailureKind.SETUP:
+            return
+        ttl = self._config().daemon.unavailable_ttl
+        if f.held is not None and 0 < f.held < a.nodes:
+            what = "before the capacity error"
+            why = gang_shortfall(f.held, a.nodes, a.instance_type, a.zone, what)
+            mark_gang_capacity(s, f.pool or a.pool, f.held, why, now, ttl)
+        else:
+            mark_unavailable(s, f.pool or a.pool, f.message, now, ttl)
 
     def _apply_all(self, items: list[tuple[_Live, Instance]], now: datetime) -> None:
         """Record what the listing showed: store reads first (I/O, outside any transaction),

@@ -7,8 +7,8 @@ requests; the StopController makes the cloud calls, so a slow terminate never de
 decision that keeps a hard budget.
 
 A gang is billed per node: each of its AttemptInstance rows from that instance's own launch
-to its own end, at the attempt's interval price; the attempt's cost is their sum, and its
-burn (what budgets reserve) is N x the price.
+to its own end, at the attempt's interval price (a replacement node in another pool at its
+own); the attempt's cost is their sum, and its burn (what budgets reserve) is N x the price.
 """
 
 from __future__ import annotations
@@ -180,7 +180,9 @@ class SpendController:
             end = r.ended_at or a.ended_at or now
             if end == start:
                 continue
-            incs = split_by_hour(start, end, price)
+            # A replacement in another pool (the other market) bills at its own price.
+            node_price = price if r.price_per_hour is None else r.price_per_hour
+            incs = split_by_hour(start, end, node_price)
             for inc in incs:
                 self._add_bucket(s, inc, a, job_name, team)
             usd = sum(i.usd for i in incs)
@@ -249,6 +251,10 @@ class SpendController:
             elif kind == "job":
                 q = q.where(SpendBucket.job_name == value)
                 burn = burn.where(Job.name == value)
+            elif kind == "user":  # the jobs this user submitted (the bucket names the job)
+                mine = select(Job.id).where(Job.submitted_by == value)
+                q = q.where(col(SpendBucket.job_id).in_(mine))
+                burn = burn.where(Job.submitted_by == value)
             spent = float(s.exec(q).one())
             # Spend since the last accrual is not in the buckets yet: add it, so a launch
             # decision between two accruals sees everything paid so far.
@@ -260,7 +266,7 @@ class SpendController:
 
     @staticmethod
     def _unaccrued(s: Session, rule: budgets.BudgetRule, now: datetime) -> float:
-        q = select(Attempt, Job.name, Job.team).where(
+        q = select(Attempt, Job.name, Job.team, Job.submitted_by).where(
             Attempt.job_id == Job.id,
             col(Attempt.state).in_(LIVE),
             col(Attempt.started_at).is_not(None),
@@ -268,8 +274,8 @@ class SpendController:
         since = budgets.window_start(rule.window, now)
         return sum(
             unaccrued_usd(a, now, since)
-            for a, name, team in s.exec(q).all()
-            if rule.applies_to(name, team)
+            for a, name, team, user in s.exec(q).all()
+            if rule.applies_to(name, team, user)
         )
 
     def enforce(self, s: Session, now: datetime) -> list[budgets.BudgetStatus]:
@@ -328,7 +334,7 @@ class SpendController:
         ).all()
         rule = st.rule
         for a, job in rows:
-            if not rule.applies_to(job.name, job.team):
+            if not rule.applies_to(job.name, job.team, job.submitted_by):
                 continue
             why = (
                 f"hard budget '{rule.name}' (${rule.limit_usd:.2f}/{rule.window.value}) "

@@ -14,6 +14,10 @@ Model, per tick of `gap_hours`:
   (billed), so costs stay comparable.
 - with `budget` (hard, USD), the daemon's budget rules decide per tick whether an attempt
   may launch or must stop, so spend never crosses it.
+- with `node_losses` (a gang's single-node losses, trace.gang_losses), a spot gang losing
+  one node is not interrupted: the node is replaced in place (the replace-one path), the
+  work since the last checkpoint is lost and the gang pays `restart_overhead` again, billed
+  in full (the others wait while the replacement boots), with no progress.
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from scheduler.core.budget import BudgetRule, BudgetStatus, Window, max_affordable_price, must_stop
 from scheduler.core.policy.base import EPS, WAIT, Action, ActionKind, Observation, Policy
 
 from .trace import Trace
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +59,7 @@ class Outcome:
     launches: int = 0
     failed_launches: int = 0
     interruptions: int = 0
+    replacements: int = 0  # gang nodes replaced in place (node_losses)
     lost_work: float = 0.0
     spot_hours: float = 0.0
     on_demand_hours: float = 0.0
@@ -68,6 +77,7 @@ def simulate(
     history: Trace | None = None,
     adversary: Callable[[int, Action | None, list[bool]], list[bool]] | None = None,
     early_signals: Mapping[int, frozenset[str]] | None = None,
+    node_losses: np.ndarray | None = None,
 ) -> Outcome:
     """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
     policies that learn (the daemon has been watching the pools before the job came).
@@ -122,6 +132,17 @@ def simulate(
                 out.lost_work += done - ckpt
                 done = ckpt
             place = None
+        elif (
+            node_losses is not None
+            and place is not None
+            and place.kind is ActionKind.SPOT
+            and node_losses[zindex[place.zone or ""], t]
+        ):
+            out.replacements += 1
+            if job.checkpoint_interval > 0:
+                out.lost_work += done - ckpt
+                done = ckpt
+            remaining_oh += o
         at_risk = early_signals.get(t, frozenset()) if early_signals else frozenset()
         if place is not None and place.kind is ActionKind.SPOT and place.zone in at_risk:
             ckpt = done  # the early save: nothing since it is lost if the notice follows

@@ -174,27 +174,40 @@ def gang_trace(trace: Trace, nodes: int, seed: int = 0) -> Trace:
     losing capacity (all nodes at once) each of the other N - 1 nodes is taken back on its
     own at the pool's observed rate (outages per available hour), a tick of unavailability
     each. The gang's interruption rate is thus about N x a node's (placement.gang_rate)."""
-    import numpy as np
-
     if nodes <= 1:
         return trace
+    priced, losses = gang_losses(trace, nodes, seed)
+    return Trace(
+        priced.zones, priced.gap_hours, priced.available & ~losses, priced.spot_price,
+        priced.on_demand_price, priced.regions, priced.name,
+    )  # fmt: skip
+
+
+def gang_losses(trace: Trace, nodes: int, seed: int = 0) -> tuple[Trace, np.ndarray]:
+    """The gang's trace before its single-node losses (N x every price, the pool's own
+    availability), and those losses (zones x ticks: a node of a gang running there is taken
+    back on its own). gang_trace makes each one a tick without capacity, where the gang is
+    re-placed whole; the replay of the replace-one path (sim.simulate's `node_losses`)
+    replaces that node in place instead. The same draws for both."""
+    import numpy as np
+
     rng = np.random.default_rng(seed)
-    avail = trace.available.copy()
+    losses = np.zeros_like(trace.available, dtype=bool)
     g = trace.gap_hours
-    for z in range(avail.shape[0]):
+    for z in range(trace.available.shape[0]):
         row = trace.available[z].astype(bool)
         up_hours = max(g, float(row.sum()) * g)
-        losses = int(np.count_nonzero(row[:-1] & ~row[1:]))
-        p = min(1.0, losses / up_hours * g)
+        lost = int(np.count_nonzero(row[:-1] & ~row[1:]))
+        p = min(1.0, lost / up_hours * g)
         for _ in range(nodes - 1):
-            hit = row & (rng.random(row.shape[0]) < p)
-            avail[z, hit] = False
-    return Trace(
+            losses[z] |= row & (rng.random(row.shape[0]) < p)
+    priced = Trace(
         trace.zones,
         g,
-        avail,
+        trace.available.copy(),
         trace.spot_price * nodes,
         trace.on_demand_price * nodes,
         trace.regions,
         f"{trace.name} x{nodes} nodes",
     )
+    return priced, losses

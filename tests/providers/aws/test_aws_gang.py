@@ -35,6 +35,9 @@ def test_a_gang_launches_into_a_placement_group_and_recovers_from_a_node_loss(
     from scheduler.daemon.process import Daemon
 
     cfg = write_config(tmp_path, moto, pricing.url)
+    # The whole-gang path (a lost node replaced alone is the conformance suite's and the
+    # gang recovery suites' subject).
+    cfg.write_text(cfg.read_text() + '\n[gangs]\nrecovery = "whole"\n')
     job_file = tmp_path / "gang.toml"
     job_file.write_text(
         'name = "gang"\ncommand = ["python", "-m", "trainer", "--nnodes", "3"]\n'

@@ -168,6 +168,12 @@ def test_the_shipped_role_grants_every_call_the_adapter_makes(
     provider.offerings()
     (inst,) = provider.launch(request_for())
     provider.describe([inst.ref])
+    # A gang: its proximity placement group, every node put into it, then collected.
+    from tests.providers.azure.test_azure_gang import _gang
+
+    gang = provider.launch(_gang(token="answers-gang", n=2))
+    provider.describe([i.ref for i in gang])
+    provider.terminate([i.ref for i in gang])
     arm.leak(rg, "disks", "left-disk", {TAG_OWNER: OWNER}, "eastus")
     listed = provider.list_tagged(OWNER)
     provider.terminate([t.ref for t in listed])
@@ -188,6 +194,9 @@ def test_the_shipped_role_grants_every_call_the_adapter_makes(
     assert {"Microsoft.Network/virtualNetworks/subnets/join/action",
             "Microsoft.ManagedIdentity/userAssignedIdentities/assign/action",
             "Microsoft.Compute/skus/read"} <= needed  # fmt: skip
+    assert {"Microsoft.Compute/proximityPlacementGroups/write",
+            "Microsoft.Compute/proximityPlacementGroups/read",
+            "Microsoft.Compute/proximityPlacementGroups/delete"} <= needed  # fmt: skip
 
 
 def test_an_authorization_failure_names_the_action_and_marks_no_pool(

@@ -164,4 +164,4 @@ def test_wrong_cloud_location_or_count(provider) -> None:
     with pytest.raises(FatalError):
         provider.launch(request_for(replace(o, region="northeurope", zone="northeurope-1")))
     with pytest.raises(LaunchRejected):
-        provider.launch(request_for(count=2))
+        provider.launch(request_for(count=33))  # more nodes than one gang launches

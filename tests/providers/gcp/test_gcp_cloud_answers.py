@@ -202,6 +202,12 @@ def test_the_shipped_role_grants_every_call_the_adapter_makes(fake: FakeGcp) -> 
     fake.preempt(inst.id, action="STOP")
     provider.describe([inst.ref])
     provider.terminate([inst.ref])
+    # A gang in a compact placement policy, labelled per node, then collected.
+    gang = provider.launch(_gang_req())
+    provider.describe([i.ref for i in gang])
+    provider.describe([i.ref for i in gang])
+    provider.terminate([i.ref for i in gang])
+    provider.terminate([t.ref for t in provider.list_tagged("tests")])
     provider.preflight()
     needed: set[str] = set()
     for method, path, _, body in fake.log:
@@ -210,3 +216,12 @@ def test_the_shipped_role_grants_every_call_the_adapter_makes(fake: FakeGcp) -> 
     assert needed - granted == set()
     assert {"compute.instances.create", "compute.instances.setMetadata",
             "iam.serviceAccounts.actAs", "compute.subnetworks.useExternalIp"} <= needed  # fmt: skip
+    assert {"compute.resourcePolicies.create", "compute.resourcePolicies.use",
+            "compute.resourcePolicies.list", "compute.resourcePolicies.delete",
+            "compute.instances.setLabels"} <= needed  # fmt: skip
+
+
+def _gang_req():  # type: ignore[no-untyped-def]
+    from tests.providers.gcp.test_gcp_gang import _gang
+
+    return _gang(token="answers-gang", n=2)

@@ -215,7 +215,7 @@ def test_quota_in_the_operation_and_synchronous_errors(
     with pytest.raises(LaunchRejected):
         provider.launch(_req("q-6", env={"NOT A NAME": "x"}))
     with pytest.raises(LaunchRejected):
-        provider.launch(_req("q-7", count=2))
+        provider.launch(_req("q-7", count=65))  # more nodes than one request launches
 
 
 def test_credentials_never_reach_logs_events_or_errors(

@@ -97,7 +97,12 @@ def budget_to_hold_under(
     if ctx.max_affordable_price is None:
         return None
     cap, name = budgets.max_affordable_price(
-        facts.statuses, job.name, job.team, facts.hold_hours, count_burn=False
+        facts.statuses,
+        job.name,
+        job.team,
+        facts.hold_hours,
+        count_burn=False,
+        user=job.submitted_by,
     )
     if cap is None:
         return None

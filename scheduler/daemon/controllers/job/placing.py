@@ -71,7 +71,7 @@ class Placement:
         # N x the price for a gang).
         facts.statuses = [
             replace(st, burn_per_hour=st.burn_per_hour + o.price_per_hour * decision.nodes)
-            if st.rule.applies_to(job.name, job.team)
+            if st.rule.applies_to(job.name, job.team, job.submitted_by)
             else st
             for st in facts.statuses
         ]

@@ -128,7 +128,7 @@ class PassFacts:
         affordable, budget_name = None, ""
         if with_budget:
             affordable, budget_name = budgets.max_affordable_price(
-                self.statuses, job.name, job.team, self.hold_hours
+                self.statuses, job.name, job.team, self.hold_hours, user=job.submitted_by
             )
         remaining = spec.gpu_hours
         if remaining and job.total_steps and job.progress_step:

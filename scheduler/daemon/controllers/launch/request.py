@@ -3,8 +3,9 @@
 One request per attempt, with the attempt's deterministic token, the tags every cloud
 stores (`spotwise-job`, `spotwise-attempt`, `spotwise-owner`, the node for a single
 instance), the trainer's contract variables (job, attempt, checkpoint URI, cloud, nodes,
-a gang's rendezvous id) and the checkpoint store's endpoint. The requests of one launch
-pass share a memo: thousands of jobs are often submitted from one spec, into a few pools.
+a gang's rendezvous id and how long its nodes wait for a replacement's round) and the
+checkpoint store's endpoint. The requests of one launch pass share a memo: thousands of
+jobs are often submitted from one spec, into a few pools.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from scheduler.core.jobspec import JobSpec
 from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder
 from scheduler.state.models import Job
-from trainer import contract
+from trainer import contract, rendezvous
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +56,15 @@ class RequestMemo:
         if label is None:
             label = self.owners[id(caps)] = caps.label(owner)
         return label
+
+
+def gang_wrapper_wait(cfg: Config) -> int:
+    """Seconds a gang node's wrapper waits for the next rendezvous round after its torchrun
+    stopped without a signal (trainer.rendezvous): the replacement's wait bound and the time
+    the daemon takes to stop a gang; 0 when gangs are always re-placed whole."""
+    if cfg.gangs.recovery.value == "whole":
+        return 0
+    return int((cfg.gangs.replace_wait + cfg.daemon.stop_grace).total_seconds())
 
 
 class LaunchRequests:
@@ -114,6 +124,10 @@ class LaunchRequests:
             # Every node: the gang's size and one rendezvous id; the provider adds each
             # node's rank and node 0's address (contract.ENV_NODE_RANK, ENV_RDZV_ENDPOINT).
             env[contract.ENV_RDZV_ID] = a.id
+            # How long a node waits for a replacement's round after losing a peer (0: never).
+            wait = gang_wrapper_wait(self._config())
+            if wait:
+                env[rendezvous.ENV_RDZV_WAIT_S] = str(wait)
             if caps.placement_groups:
                 group = caps.label(f"spotwise-{a.id}")
         else:
