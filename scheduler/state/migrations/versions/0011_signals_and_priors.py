@@ -1,7 +1,7 @@
 """early signals on attempts; each pool's prior from its cloud's risk data and its outages
 
 Revision ID: 0011
-Revises: 0007
+Revises: 0010
 Create Date: 2026-12-06 09:00:00.000000
 
 An attempt records when an early interruption signal (an AWS rebalance recommendation) came
@@ -21,7 +21,7 @@ from alembic import op
 import scheduler.state.models
 
 revision = "0011"
-down_revision = "0007"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
