@@ -77,9 +77,7 @@ def prices(
 
         cfg, db = _daemon_or_own_config(config)
         providers = build_providers(cfg, read_only=True)
-        rows, problems = read_models.live_offerings(
-            providers, gpu=gpu, cloud=cloud, market=market
-        )
+        rows, problems = read_models.live_offerings(providers, gpu=gpu, cloud=cloud, market=market)
         if output in ("wide", "json") and rows:
             from scheduler.state.pool_hazards import annotate
 
