@@ -65,6 +65,25 @@ def pool_key(cloud: str, zone: str, instance_type: str, market: Market | str) ->
     return f"{cloud}/{zone}/{instance_type}/{Market(market).value}"
 
 
+class RiskKind(StrEnum):
+    """The clouds' own risk data for spot capacity (scheduler.core.hazard reads each)."""
+
+    AWS_PLACEMENT_SCORE = "aws-placement-score"  # 1-10, GetSpotPlacementScores
+    GCP_ESTIMATED_UPTIME = "gcp-estimated-uptime"  # hours, advice.capacity
+    AZURE_EVICTION_RATE = "azure-eviction-rate"  # percent (a band's middle)
+    AZURE_PLACEMENT_SCORE = "azure-placement-score"  # High / Medium / Low in `detail`
+
+
+@dataclass(frozen=True, slots=True)
+class RiskSignal:
+    """One cloud's word on one spot pool's risk, as it gave it (no decision made)."""
+
+    pool: str  # pool_key(...) of the spot pool it is about
+    kind: RiskKind
+    value: float
+    detail: str = ""  # the cloud's own words where they are not a number (a band, a score)
+
+
 class ResourceKind(StrEnum):
     INSTANCE = "instance"
     NIC = "nic"
@@ -191,6 +210,9 @@ class Instance:
     exit_code: int | None = None
     # Set when the cloud has announced an interruption that has not happened yet.
     notice_at: datetime | None = None
+    # An early interruption signal: the cloud sees the instance at elevated risk (AWS
+    # rebalance recommendation), not yet a notice.
+    early_signal_at: datetime | None = None
     failure: LaunchFailure | None = None  # with end_reason LAUNCH_FAILED
     scope: str = ""
     node: int = 0

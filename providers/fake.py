@@ -30,6 +30,7 @@ from providers.base import (
     ProviderError,
     ProviderEvent,
     ResourceRef,
+    RiskSignal,
     TaggedResource,
     Throttled,
     TransientError,
@@ -94,6 +95,8 @@ class FakeCloud:
         self.start_running = start_running
         self.faults = faults or Faults()
         self._lock = threading.RLock()
+        self._risk: list[RiskSignal] = []  # the cloud's risk data (none unless set)
+        self.risk_calls = 0
         self._ids = itertools.count(1)
         self.instances: dict[str, Instance] = {}
         self._visible_at: dict[str, datetime] = {}
@@ -225,6 +228,7 @@ class FakeCloud:
         inst.state, inst.end_reason, inst.exit_code = InstanceState.ENDED, reason, exit_code
         inst.ended_at = at
         inst.notice_at = None
+        inst.early_signal_at = None
 
     def end(self, instance_id: str, reason: EndReason, exit_code: int | None = None) -> None:
         with self._lock:
@@ -234,6 +238,22 @@ class FakeCloud:
         """The cloud announces an interruption (the instance keeps running for now)."""
         with self._lock:
             self.instances[instance_id].notice_at = self._now()
+
+    def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """The risk data set with `set_risk`, for the pools among `offerings`."""
+        pools = {o.pool for o in offerings}
+        with self._lock:
+            self.risk_calls += 1
+            return [r for r in self._risk if r.pool in pools]
+
+    def set_risk(self, signals: Sequence[RiskSignal]) -> None:
+        with self._lock:
+            self._risk = list(signals)
+
+    def early_signal(self, instance_id: str) -> None:
+        """The cloud sees the instance at elevated risk (a rebalance recommendation)."""
+        with self._lock:
+            self.instances[instance_id].early_signal_at = self._now()
 
     def set_offerings(self, offerings: Sequence[Offering]) -> None:
         with self._lock:

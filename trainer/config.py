@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from trainer import contract
+
 
 class ConfigError(ValueError):
     """A user-caused configuration error; printed as one line, never a traceback."""
@@ -121,7 +123,10 @@ class CheckpointConfig:
     """Save every N steps (0 disables the step trigger)."""
     interval_seconds: float = 0.0
     """Also save when this many seconds passed since the last save (0: the job's
-    checkpoint_interval, from $SPOTWISE_CHECKPOINT_INTERVAL, else disabled)."""
+    checkpoint interval, from $SPOTWISE_CHECKPOINT_INTERVAL, else disabled)."""
+    interval: str = ""
+    """"auto": save as often as the pool deserves: the interval the daemon passes at launch
+    and rewrites in the store (checkpoint_interval.json), in place of interval_seconds."""
     keep: int = 3
     """Keep the newest K checkpoints (at least 1)."""
     async_save: bool = False
@@ -209,6 +214,7 @@ class TrainerConfig:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
+    "checkpoint.interval": ("", "auto"),
     "training.precision": ("fp32", "bf16", "fp16"),
     "training.device": ("auto", "cpu", "cuda"),
     "training.activation_checkpointing": ("none", "full", "selective"),
@@ -316,9 +322,9 @@ def load_toml(cfg: TrainerConfig, path: Path) -> None:
 
 
 BUNDLED_CONFIGS = Path(__file__).with_name("configs")
-# The job file's checkpoint_interval in seconds, set by the daemon on every instance: the
-# time trigger when the trainer's own config sets none (checkpoint.interval_seconds).
-ENV_CHECKPOINT_INTERVAL = "SPOTWISE_CHECKPOINT_INTERVAL"
+# The job's checkpoint interval in seconds, set by the daemon on every instance: the time
+# trigger when the trainer's own config sets none (checkpoint.interval_seconds).
+ENV_CHECKPOINT_INTERVAL = contract.ENV_CHECKPOINT_INTERVAL
 
 
 def apply_scheduler_interval(cfg: TrainerConfig) -> None:

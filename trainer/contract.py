@@ -41,12 +41,18 @@ LATEST = "latest"
 PROGRESS = "progress.json"
 DONE = "DONE"
 OWNER = "owner.json"
+# checkpoint_interval = "auto": the interval the daemon wants, rewritten when the pool's hazard
+# or the job's save time moves it ({"seconds": ..., "job_id": ..., "attempt": ...}).
+CHECKPOINT_INTERVAL = "checkpoint_interval.json"
 EXITS = "exits"
 
 ENV_JOB_ID = "SPOTWISE_JOB_ID"
 ENV_ATTEMPT = "SPOTWISE_ATTEMPT"  # the attempt number, 1, 2, ...
 ENV_CHECKPOINT_URI = "SPOTWISE_CHECKPOINT_URI"
 ENV_CLOUD = "SPOTWISE_CLOUD"
+# The job's checkpoint interval at launch, in seconds: the job file's checkpoint_interval,
+# or for "auto" the first interval (then checkpoint_interval.json in the store).
+ENV_CHECKPOINT_INTERVAL = "SPOTWISE_CHECKPOINT_INTERVAL"
 # Gangs (nodes > 1): every node gets the gang's size, its own rank, one rendezvous id and
 # node 0's address ("host:port"), so `python -m trainer --nnodes N` forms one process group.
 ENV_NNODES = "SPOTWISE_NNODES"

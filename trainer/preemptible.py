@@ -45,6 +45,7 @@ from trainer.checkpoint import (
 from trainer.config import PreemptionConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.fence import Fence
+from trainer.interval import IntervalFollower
 from trainer.launch import record_exit
 from trainer.preemption import SIGTERM, Watcher, make_watcher
 from trainer.progress import Progress
@@ -92,6 +93,7 @@ class Preemptible:
         notice_file: str = "",
         poll_interval: float = 1.0,
         progress_interval: float = 5.0,
+        interval: str = "",
     ) -> None:
         self.uri = env_or(uri or "", ENV_CHECKPOINT_URI, "checkpoints")
         self.total_steps = total_steps
@@ -103,6 +105,12 @@ class Preemptible:
         )
         self.progress_interval = progress_interval
         self.last_saved_step: int | None = None
+        self._early_saved = False
+        if interval not in ("", "auto"):
+            raise ValueError(f"interval must be '' or 'auto', got {interval!r}")
+        self.interval = interval  # "auto": save by the daemon's interval, not save_every
+        self._follower: IntervalFollower | None = None
+        self._last_save_at = time.monotonic()
 
     # ------------------------------------------------------------------ lifecycle
     def __enter__(self) -> Preemptible:
@@ -134,6 +142,9 @@ class Preemptible:
         if contract.ours(self.store.read_text(DONE), self.fence.job_id):
             log.info("%s/DONE exists: nothing to do", self.store.uri)
             self._exit(EXIT_OK)
+        if self.interval == "auto" and self.info.rank == 0:
+            self._follower = IntervalFollower(self.store, self.fence.job_id)
+        self._last_save_at = time.monotonic()
         self.watcher.start()
         return self
 
@@ -201,6 +212,7 @@ class Preemptible:
         """Checkpoint ``state`` as step-<step>; ``latest`` moves once it is durable."""
         self.ckpt.save(step, self._dcp_state(state, step), self.async_save)
         self.last_saved_step = step
+        self._last_save_at = time.monotonic()
         if self._agree(self.fence.tripped):
             self.ckpt.wait()
             self._exit(EXIT_FENCED)
@@ -212,15 +224,31 @@ class Preemptible:
 
     def step(self, step: int, state: dict[str, Any], loss: float | None = None) -> None:
         """Call once per step: progress, a save every ``save_every``, and stop on a notice."""
-        if self.should_stop():
+        early = self.watcher.early is not None and not self._early_saved
+        due = self._follower is not None and (
+            time.monotonic() - self._last_save_at >= self._follower.current()
+        )
+        stop, early_any, timer = distributed.sum_across(
+            [float(SIGTERM.received or self.watcher.seen), float(early), float(due)], self.info
+        )  # one small all-reduce: every rank agrees on all three
+        if stop > 0:
             self.stop(step, state, loss)
-        if self.save_every and step % self.save_every == 0:
+        if early_any > 0:  # an early signal (AWS rebalance): one extra save, train on
+            self._early_saved = True
+            if self.watcher.early is not None:
+                self.progress.update(force=True, early_signal=self.watcher.early.record())
+            self.save(step, state)
+        elif timer > 0 or (
+            self.interval != "auto" and self.save_every and step % self.save_every == 0
+        ):  # "auto": the daemon's interval has passed since the last save
             self.save(step, state)
         self.progress.update(step=step, loss=loss, state="running")
 
     def stop(self, step: int, state: dict[str, Any], loss: float | None = None) -> NoReturn:
         """Save what fits before the notice's deadline, record progress, exit 75."""
         notice = self.watcher.notice
+        if notice is not None:  # the daemon learns it from the store before the final save
+            self.progress.update(force=True, state="noticed", notice=notice.record())
         left = notice.seconds_left() if notice is not None else None
         plan, fits = final_save_plan(left, self.ckpt.last_save_seconds, self.ckpt.inflight_left())
         code = float(PLANS.index(plan)) if self.info.rank == 0 else 0.0  # rank 0 decides

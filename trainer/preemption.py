@@ -31,6 +31,19 @@ AZURE_API = "2020-07-01"
 HTTP_TIMEOUT = 2.0
 DEFAULT_NOTICE_SECONDS = 30.0
 """GCP and Azure give about 30 s; used when a notice names no time of its own."""
+AZURE_FIRST_CALL_TIMEOUT = 120.0
+"""Azure: "the first call to Scheduled Events can take up to two minutes" while the service
+is enabled for the VM (Azure docs, "Scheduled Events for Linux VMs", Enabling and disabling)."""
+
+
+def notice_seconds(default: float = DEFAULT_NOTICE_SECONDS) -> float:
+    """The notice window the launch asked for ($SPOTWISE_NOTICE_SECONDS: GCP's
+    preemptionNoticeDuration plus the shutdown window), else `default`."""
+    try:
+        value = float(env_or("", "SPOTWISE_NOTICE_SECONDS", ""))
+    except ValueError:
+        return default
+    return value if value > 0 else default
 
 
 def parse_time(text: object) -> float | None:
@@ -69,10 +82,20 @@ class Notice:
     seen_at: float = field(default_factory=time.time)
 
     @classmethod
-    def at(cls, source: str, detail: str, when: object = None) -> Notice:
-        """A notice whose deadline is ``when`` (a time string), else now + 30 s."""
+    def at(
+        cls, source: str, detail: str, when: object = None, window: float = DEFAULT_NOTICE_SECONDS
+    ) -> Notice:
+        """A notice whose deadline is ``when`` (a time string), else now + `window` s."""
         now = time.time()
-        return cls(source, detail, parse_time(when) or now + DEFAULT_NOTICE_SECONDS, now)
+        return cls(source, detail, parse_time(when) or now + window, now)
+
+    def record(self) -> dict[str, object]:
+        """What progress.json says of it, so the daemon learns the notice from the store."""
+        return {
+            "source": self.source,
+            "seen_at": round(self.seen_at, 3),
+            "deadline": None if self.deadline is None else round(self.deadline, 3),
+        }
 
     def seconds_left(self, now: float | None = None) -> float | None:
         if self.deadline is None:
@@ -88,6 +111,9 @@ class Watcher:
     def __init__(self, poll_interval: float) -> None:
         self.poll_interval = poll_interval
         self.notice: Notice | None = None
+        # An early signal (AWS rebalance recommendation): the instance is at higher risk but
+        # not yet reclaimed; the loop takes one extra checkpoint and trains on.
+        self.early: Notice | None = None
         self._seen = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -174,6 +200,8 @@ class AwsWatcher(Watcher):
         if status == 401:  # token expired: fetch a new one next poll
             self._token = None
             return None
+        if self.early is None and status != 200:
+            self._check_rebalance()
         if status == 200:
             doc = json.loads(body)
             if doc.get("action") in ("terminate", "stop", "hibernate"):
@@ -181,16 +209,36 @@ class AwsWatcher(Watcher):
                 return Notice.at("aws", detail, doc.get("time"))
         return None
 
+    def _check_rebalance(self) -> None:
+        """IMDS ``events/recommendations/rebalance``: ``{"noticeTime": ...}`` once EC2 sees
+        the instance at elevated risk, 404 before (EC2 User Guide, "EC2 instance rebalance
+        recommendations")."""
+        status, body, _ = _request(
+            f"{self.endpoint}/latest/meta-data/events/recommendations/rebalance",
+            headers={"X-aws-ec2-metadata-token": self._token or ""},
+        )
+        if status == 200:
+            when = json.loads(body).get("noticeTime")
+            self.early = Notice("aws-rebalance", f"rebalance recommended at {when}", None)
+            log.warning("rebalance recommendation: an early checkpoint")
+
 
 class GcpWatcher(Watcher):
     """GCP metadata ``instance/preempted``: a hanging GET that returns when the value changes."""
 
     name = "gcp"
 
-    def __init__(self, endpoint: str, poll_interval: float, wait_seconds: int = 30) -> None:
+    def __init__(
+        self,
+        endpoint: str,
+        poll_interval: float,
+        wait_seconds: int = 30,
+        window: float = DEFAULT_NOTICE_SECONDS,
+    ) -> None:
         super().__init__(poll_interval)
         self.endpoint = endpoint.rstrip("/")
         self.wait_seconds = wait_seconds
+        self.window = window  # preemptionNoticeDuration + the shutdown window
         self._etag: str | None = None
 
     def check(self) -> Notice | None:
@@ -207,7 +255,7 @@ class GcpWatcher(Watcher):
             raise ValueError(f"GCP metadata: HTTP {status}")
         self._etag = {k.lower(): v for k, v in headers.items()}.get("etag")
         if body.decode().strip().upper() == "TRUE":
-            return Notice.at("gcp", "instance/preempted = TRUE")
+            return Notice.at("gcp", "instance/preempted = TRUE", window=self.window)
         return None
 
     def _run(self) -> None:
@@ -237,9 +285,14 @@ class AzureWatcher(Watcher):
         super().__init__(poll_interval)
         self.url = f"{endpoint.rstrip('/')}/metadata/scheduledevents?api-version={AZURE_API}"
         self._event_id: str | None = None
+        self.first_timeout = AZURE_FIRST_CALL_TIMEOUT
+        self._enabled = False
 
     def check(self) -> Notice | None:
-        status, body, _ = _request(self.url, headers={"Metadata": "true"})
+        # The first call enables the service and may take minutes; later ones answer at once.
+        timeout = HTTP_TIMEOUT if self._enabled else self.first_timeout
+        status, body, _ = _request(self.url, headers={"Metadata": "true"}, timeout=timeout)
+        self._enabled = status == 200
         if status != 200:
             raise ValueError(f"Azure scheduled events: HTTP {status}")
         for event in json.loads(body).get("Events", []):
@@ -297,7 +350,7 @@ def make_watcher(cfg: PreemptionConfig) -> Watcher:
         )
     if cloud == "gcp":
         endpoint = env_or(cfg.gcp_endpoint, "SPOTWISE_GCP_METADATA_ENDPOINT", GCP_DEFAULT)
-        return GcpWatcher(endpoint, interval)
+        return GcpWatcher(endpoint, interval, window=notice_seconds())
     if cloud == "azure":
         endpoint = env_or(cfg.azure_endpoint, "SPOTWISE_AZURE_METADATA_ENDPOINT", AZURE_DEFAULT)
         return AzureWatcher(endpoint, interval)

@@ -31,13 +31,14 @@ from trainer.config import ConfigError, TrainerConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.data import make_loader, to_device
 from trainer.fence import Fence
+from trainer.interval import IntervalFollower
 from trainer.parallel import (
     CommHook,
     apply_activation_checkpointing,
     compute_loss,
     register_comm_hook,
 )
-from trainer.preemption import SIGTERM, Watcher, make_watcher
+from trainer.preemption import SIGTERM, Notice, Watcher, make_watcher
 from trainer.progress import Progress
 from trainer.storage import open_store
 
@@ -326,6 +327,12 @@ class Trainer:
         if cfg.debug.metrics_file and info.rank == 0:
             metrics = open(cfg.debug.metrics_file, "a")  # noqa: SIM115 (closed in finally)
         last_save = time.monotonic()
+        early_saved = False
+        follower = (
+            IntervalFollower(self.store, self.fence.job_id)
+            if cfg.checkpoint.interval == "auto"
+            else None
+        )
         t0, steps0 = time.perf_counter(), self.step
         preempted = False
         try:
@@ -333,10 +340,14 @@ class Trainer:
                 loss = self.train_step()
                 if self.step == cfg.debug.sigterm_at_step and info.rank in cfg.debug.sigterm_ranks:
                     os.kill(os.getpid(), signal.SIGTERM)  # test hook: a real signal, now
-                timer_due = (
-                    info.rank == 0
-                    and cfg.checkpoint.interval_seconds > 0
-                    and time.monotonic() - last_save >= cfg.checkpoint.interval_seconds
+                early_due = info.rank == 0 and self.watcher.early is not None and not early_saved
+                every_s = (
+                    follower.current()
+                    if follower is not None and info.rank == 0
+                    else cfg.checkpoint.interval_seconds
+                )
+                timer_due = early_due or (
+                    info.rank == 0 and every_s > 0 and time.monotonic() - last_save >= every_s
                 )
                 notice = self.sigterm.received or self.watcher.seen
                 fenced = self.fence.tripped  # set on rank 0 by a save's `latest` check
@@ -360,9 +371,13 @@ class Trainer:
                     break
                 if flags[0] > 0:
                     preempted = True
+                    self._record_notice()
                     break
-                every = cfg.checkpoint.interval_steps
+                every = 0 if follower is not None else cfg.checkpoint.interval_steps
                 if (every and self.step % every == 0) or flags[2] > 0:
+                    if early_due:  # an early signal: one extra save, asynchronous if allowed
+                        early_saved = True
+                        self.progress.update(force=True, early_signal=self.watcher.early.record())  # type: ignore[union-attr]
                     self.ckpt.save(self.step, self.state(), cfg.checkpoint.async_save)
                     last_save = time.monotonic()
                 self.progress.update(step=self.step, samples=self.samples, loss=mean_loss)
@@ -373,6 +388,15 @@ class Trainer:
             self.watcher.stop()
             if metrics is not None:
                 metrics.close()
+
+    def _record_notice(self) -> None:
+        """progress.json names the notice the moment the loop sees it, before the final save,
+        so the daemon learns it from the store (every cloud, not only AWS's queue)."""
+        notice = self.watcher.notice
+        if notice is None and self.sigterm.received:
+            notice = Notice("sigterm", "SIGTERM", None)
+        if notice is not None:
+            self.progress.update(force=True, state="noticed", notice=notice.record())
 
     def _fenced(self) -> bool:
         """All ranks agree whether rank 0 saw a newer owner (reads owner.json on rank 0)."""

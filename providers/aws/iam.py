@@ -38,6 +38,8 @@ UNSCOPED = {
     ("ec2", "DescribeVolumes"): "ec2:DescribeVolumes",
     ("ec2", "DescribePlacementGroups"): "ec2:DescribePlacementGroups",
     ("ec2", "DescribeImages"): "ec2:DescribeImages",
+    ("ec2", "DescribeAvailabilityZones"): "ec2:DescribeAvailabilityZones",
+    ("ec2", "GetSpotPlacementScores"): "ec2:GetSpotPlacementScores",
     ("pricing", "GetProducts"): "pricing:GetProducts",
 }
 

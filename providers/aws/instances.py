@@ -368,10 +368,16 @@ class Instances:
                 f"aws: cannot read the interruption queue of {region}: {error_code(exc)}: "
                 f"{mask_message(str(exc), self._api.secrets())}"
             )
+        early = self._notices.early()
         for inst in instances:
+            if inst.state is InstanceState.ENDED:
+                continue
             at = warned.get(inst.id)
-            if at is not None and inst.state is not InstanceState.ENDED:
+            if at is not None:
                 inst.notice_at = at
+            signal = early.get(inst.id)
+            if signal is not None:
+                inst.early_signal_at = signal
 
     # ----------------------------------------------------------------- terminate
 

@@ -1,4 +1,5 @@
-"""Spot interruption warnings from an SQS queue fed by EventBridge (as Karpenter does).
+"""Spot interruption warnings and rebalance recommendations from an SQS queue fed by
+EventBridge (as Karpenter does for warnings).
 
 EC2 publishes "EC2 Spot Instance Interruption Warning" about two minutes before it takes a
 spot instance back. An EventBridge rule can forward it to SQS; reading the queue tells the
@@ -20,6 +21,9 @@ from providers.aws.ttl import NOTICE_KEEP
 log = logging.getLogger("spotwise.providers.aws")
 
 WARNING = "EC2 Spot Instance Interruption Warning"
+# Often minutes before the warning, not always followed by one (EC2 User Guide, "EC2 instance
+# rebalance recommendations"; EventBridge detail-type as in its "Example" event).
+REBALANCE = "EC2 Instance Rebalance Recommendation"
 _MAX_BATCHES = 10  # per poll: at most 100 messages, so a flooded queue cannot stall a call
 
 
@@ -32,13 +36,20 @@ def queue_region(url: str) -> str | None:
 
 def parse_message(body: str) -> tuple[str, datetime] | None:
     """(instance id, warning time) from an EventBridge event, raw or wrapped by SNS."""
+    got = parse_event(body)
+    return (got[1], got[2]) if got is not None and got[0] == WARNING else None
+
+
+def parse_event(body: str) -> tuple[str, str, datetime] | None:
+    """(detail-type, instance id, time) of an interruption warning or a rebalance
+    recommendation, raw or wrapped by SNS; None for anything else."""
     try:
         event: Any = json.loads(body)
         if isinstance(event, dict) and event.get("Type") == "Notification" and "Message" in event:
             event = json.loads(event["Message"])
     except (TypeError, ValueError):
         return None
-    if not isinstance(event, dict) or event.get("detail-type") != WARNING:
+    if not isinstance(event, dict) or event.get("detail-type") not in (WARNING, REBALANCE):
         return None
     iid = (event.get("detail") or {}).get("instance-id")
     when = event.get("time")
@@ -48,7 +59,7 @@ def parse_message(body: str) -> tuple[str, datetime] | None:
         at = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
     except ValueError:
         return None
-    return str(iid), at
+    return str(event["detail-type"]), str(iid), at
 
 
 class InterruptionNotices:
@@ -61,6 +72,7 @@ class InterruptionNotices:
         self._client = client
         self._queues = dict(queues)
         self._seen: dict[str, datetime] = {}
+        self._early: dict[str, datetime] = {}  # rebalance recommendations
         self._lock = threading.Lock()
 
     @property
@@ -78,10 +90,16 @@ class InterruptionNotices:
                     self._drain(self._client(region), url)
                 except Exception as exc:  # botocore's; the caller decides how loud
                     errors.append((region, exc))
-            for iid, at in list(self._seen.items()):
-                if now - at > NOTICE_KEEP:
-                    del self._seen[iid]
+            for seen in (self._seen, self._early):
+                for iid, at in list(seen.items()):
+                    if now - at > NOTICE_KEEP:
+                        del seen[iid]
             return dict(self._seen), errors
+
+    def early(self) -> dict[str, datetime]:
+        """instance id -> when its rebalance recommendation came (as of the last poll)."""
+        with self._lock:
+            return dict(self._early)
 
     def _drain(self, sqs: Any, url: str) -> None:
         for _ in range(_MAX_BATCHES):
@@ -90,9 +108,10 @@ class InterruptionNotices:
             if not messages:
                 break
             for m in messages:
-                got = parse_message(m.get("Body", ""))
+                got = parse_event(m.get("Body", ""))
                 if got:
-                    self._seen.setdefault(got[0], got[1])
+                    kind, iid, at = got
+                    (self._seen if kind == WARNING else self._early).setdefault(iid, at)
             sqs.delete_message_batch(
                 QueueUrl=url,
                 Entries=[

@@ -10,6 +10,8 @@ EC2's tags.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import boto3
 
 from providers.adapter import Clock, CloudAdapter
@@ -20,8 +22,9 @@ from providers.aws.network import Networks
 from providers.aws.notices import InterruptionNotices
 from providers.aws.offerings import Offerings
 from providers.aws.pricing import OnDemandPrices
+from providers.aws.risk import PlacementScores
 from providers.aws.settings import AwsSettings
-from providers.base import Capabilities
+from providers.base import Capabilities, Offering, RiskSignal
 from providers.preflight import Check
 
 __all__ = ["TAG_TOKEN", "AwsProvider", "client_token"]
@@ -73,6 +76,11 @@ class AwsProvider(CloudAdapter):
         super().__init__(
             api, Offerings(api, networks, ondemand), Instances(api, networks, owner, notices)
         )
+        self._scores = PlacementScores(api.ec2, api.now, api.emit)
+
+    def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """Spot placement scores for these offerings' zones (risk.py: cached, rate-kept)."""
+        return self._scores.signals(offerings)
 
     def preflight(self) -> list[Check]:
         """`spotwise doctor`: this account checked before the first job (preflight.py)."""

@@ -36,6 +36,13 @@ IDEMPOTENCY_WINDOW = timedelta(hours=24)
 # minutes after its warning, so six hours only covers a daemon that polls very late.
 NOTICE_KEEP = timedelta(hours=6)
 
+# Spot placement scores (GetSpotPlacementScores). AWS limits the distinct configurations an
+# account may ask about per 24 hours ("Spot placement score ... limits" in the EC2 User
+# Guide) and the scores move slowly: each region is asked at most hourly, and at most this
+# many regions per price poll, so many regions are scored over a few polls, not in a burst.
+RISK_REFRESH = timedelta(hours=1)
+RISK_CALLS_PER_POLL = 4
+
 # Per HTTP connection / read. RunInstances for a gang and paged catalog calls can take tens
 # of seconds; a dead endpoint should fail within one scheduler tick.
 CONNECT_TIMEOUT = timedelta(seconds=10)

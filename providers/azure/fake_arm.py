@@ -44,6 +44,13 @@ _RES = re.compile(
     r"(?:/(?P<name>[^/]+))?(?:/(?P<extra>instanceView))?$",
     re.IGNORECASE,
 )
+# Spot Placement Scores - Post (Azure Compute REST reference): the answer echoes the request
+# and adds placementScores rows of sku, region, availabilityZone, score, isQuotaAvailable.
+_SPOT_SCORES = re.compile(
+    r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/"
+    r"placementScores/spot/generate$",
+    re.IGNORECASE,
+)
 _SKUS = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$", re.IGNORECASE)
 _OPS = re.compile(r"^/subscriptions/[^/]+/providers/Fake/operations/(?P<id>\w+)$")
 _PERMISSIONS = re.compile(
@@ -88,6 +95,10 @@ class FakeArm:
         self.ops: dict[str, dict[str, Any]] = {}
         self.pending: list[Callable[[], None]] = []  # applied at the next request
         self.requests: list[tuple[str, str, Any]] = []
+        # (location, size, zone) -> "High" | "Medium" | "Low" | "DataNotFoundOrStale"
+        self.spot_scores: dict[tuple[str, str, str], str] = {}
+        self.score_calls: list[Any] = []
+        self.fail_scores = False
         self.fail_create: ArmError | None = None
         self.fail_later: tuple[str, str] | None = None  # (code, message) for the next create
         self.capacity: dict[str, int] = {}  # VM size -> allocations left (absent: no limit)
@@ -258,6 +269,19 @@ class FakeArm:
                 if op["error"]:
                     status["error"] = op["error"]
                 return 200, status, {}
+            m = _SPOT_SCORES.match(path)
+            if m and method == "POST":
+                self.score_calls.append(body)
+                if self.fail_scores:
+                    raise ArmError(429, "TooManyRequests", "Spot placement score: throttled")
+                sizes = [d.get("sku", "") for d in (body or {}).get("desiredSizes", [])]
+                rows = [
+                    {"sku": sku, "region": loc, "availabilityZone": zone, "score": score,
+                     "isQuotaAvailable": True}
+                    for (loc, sku, zone), score in sorted(self.spot_scores.items())
+                    if sku in sizes and loc in (body or {}).get("desiredLocations", [])
+                ]  # fmt: skip
+                return 200, {**(body or {}), "placementScores": rows}, {}
             if _PERMISSIONS.match(path):
                 return 200, {"value": [{"actions": list(self.actions),
                                         "notActions": list(self.not_actions),

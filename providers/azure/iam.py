@@ -39,6 +39,8 @@ def actions(method: str, path: str, body: Mapping[str, Any] | None = None) -> se
         return set()  # the caller's own permissions: no action needed
     if re.search(r"/providers/Microsoft\.Compute/skus$", path, re.I):
         return {"Microsoft.Compute/skus/read"}
+    if re.search(r"/placementScores/spot/generate$", path, re.I):
+        return {"Microsoft.Compute/locations/placementScores/generate/action"}
     if re.search(r"/artifacttypes/vmimage/offers/[^/]+/skus/[^/]+/versions$", path, re.I):
         return {"Microsoft.Compute/locations/publishers/artifacttypes/offers/skus/versions/read"}
     if re.search(r"/providers/(Fake|Microsoft\.Network/locations/[^/]+)/operations/", path, re.I):

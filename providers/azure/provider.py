@@ -10,6 +10,7 @@ the memory of our own deletes (see ttl.TOMBSTONE_KEEP).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from providers.adapter import Clock, CloudAdapter
@@ -19,8 +20,9 @@ from providers.azure.gangs import MAX_GANG
 from providers.azure.instances import Instances, vm_name
 from providers.azure.offerings import Offerings
 from providers.azure.prices import RetailPrices
+from providers.azure.risk import PlacementScores
 from providers.azure.settings import AzureSettings
-from providers.base import Capabilities
+from providers.base import Capabilities, Offering, RiskSignal
 from providers.preflight import Check
 
 __all__ = ["AzureProvider", "vm_name"]
@@ -69,6 +71,11 @@ class AzureProvider(CloudAdapter):
             settings.prices_url, timeout=settings.read_timeout.total_seconds(), emit=api.emit
         )
         super().__init__(api, Offerings(api, prices), Instances(api, owner))
+        self._scores = PlacementScores(api.compute, settings.subscription_id, api.now, api.emit)
+
+    def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """Spot placement scores per zone and size (risk.py: cached, rate-kept)."""
+        return self._scores.signals(offerings)
 
     def preflight(self) -> list[Check]:
         """`spotwise doctor`: this subscription checked before the first job (preflight.py)."""

@@ -45,3 +45,10 @@ RECORD_RETRY_DELAY = timedelta(seconds=5)
 # within a minute or two of boot; past this the GPU is taken as absent and the attempt ends
 # with "no GPU" (exit 77) rather than training on the CPU. Billed while it waits, so bounded.
 GPU_WAIT = timedelta(seconds=600)
+
+# Spot placement scores (placementScores/spot/generate): each (location, size) is asked at
+# most once per RISK_REFRESH, and at most RISK_CALLS_PER_POLL new ones per price poll; the
+# API's throttling is per subscription ("Spot Placement Score ... limits" in the Azure docs)
+# and the scores move slowly.
+RISK_REFRESH = timedelta(hours=1)
+RISK_CALLS_PER_POLL = 10

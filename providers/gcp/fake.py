@@ -112,6 +112,9 @@ class FakeGcp:
         self.policies: dict[tuple[str, str], dict[str, Any]] = {}
         self.unreachable: set[str] = set()  # zones whose scope answers with a warning
         self.fail_skus = False
+        self.advice: dict[tuple[str, str], tuple[float, str]] = {}
+        self.advice_calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail_advice = False
         self._ids = itertools.count(1000)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -136,6 +139,7 @@ class FakeGcp:
             self.capacity.clear()
             self.policies.clear()
             self.fail_skus = False
+            self.advice, self.advice_calls, self.fail_advice = {}, [], False
             self.skus = default_skus()
             self.granted = None
             self.quota_headers.clear()
@@ -502,6 +506,30 @@ class FakeGcp:
             doc["nextPageToken"] = str(start + self.sku_page_size)
         return 200, doc
 
+    def _advice(self, region: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """advice.capacity, in compute_v1's CapacityAdviceResponse shape: one recommendation
+        whose scores (obtainability, estimatedUptime) and shard (zone, machineType) answer the
+        asked zone and machine type. `advice` maps (zone, machine type) to (obtainability,
+        uptime text); an unlisted pair answers no recommendation."""
+        self.advice_calls.append((region, body))
+        if self.fail_advice:
+            return _error(403, "forbidden", "Required 'compute.advice.capacity' permission")
+        zones = [z.get("zone", "") for z in body.get("distributionPolicy", {}).get("zones", [])]
+        selections = body.get("instanceFlexibilityPolicy", {}).get("instanceSelections", {})
+        machines = [m for sel in selections.values() for m in sel.get("machineTypes", [])]
+        recs = []
+        for zone in zones:
+            zone_name = zone.rsplit("/", 1)[-1]
+            for machine in machines:
+                hit = self.advice.get((zone_name, machine))
+                if hit is not None:
+                    recs.append({
+                        "scores": {"obtainability": hit[0], "estimatedUptime": hit[1]},
+                        "shards": [{"zone": zone, "machineType": machine, "instanceCount": 1,
+                                    "provisioningModel": "SPOT"}],
+                    })  # fmt: skip
+        return 200, {"recommendations": recs[:1]}
+
     def route(self, method: str, path: str, q: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         with self.lock:
             self.log.append((method, path, q, body))
@@ -519,6 +547,9 @@ class FakeGcp:
                     return _error(404, "notFound", f"The resource 'projects/{m.group(1)}/global/"
                                   f"images/family/{m.group(2)}' was not found")  # fmt: skip
                 return 200, image
+            m = re.fullmatch(r"/compute/v1/projects/([^/]+)/regions/([^/]+)/advice/capacity", path)
+            if m and method == "POST":
+                return self._advice(m.group(2), body or {})
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/aggregated/(\w+)", path)
             if m and method == "GET":
                 return 200, self._aggregated(m.group(2), q)

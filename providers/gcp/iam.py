@@ -42,6 +42,7 @@ _CALLS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = tuple(
         ("GET", r"/aggregated/acceleratorTypes$", ("compute.acceleratorTypes.list",)),
         ("GET", r"/global/images/family/[^/]+$", ("compute.images.getFromFamily",)),
         ("GET", r"/global/images/[^/]+$", ("compute.images.get",)),
+        ("POST", r"/regions/[^/]+/advice/capacity$", ("compute.advice.capacity",)),
         ("GET", r"^/v1/services/[^/]+/skus$", ()),
         ("POST", r"^/v1/projects/[^/:]+:testIamPermissions$", ()),
     )

@@ -37,6 +37,7 @@ from providers.base import (
     not_found,
     pool_key,
 )
+from providers.gcp import ttl
 from providers.gcp.api import CLOUD, Api
 from providers.gcp.errors import api_codes, operation_failure, translate
 from providers.gcp.gangs import (
@@ -183,6 +184,9 @@ class Instances:
         name = instance_name(request.token)
         env = {str(k): str(v) for k, v in request.env.items()}
         env["SPOTWISE_CLOUD"] = CLOUD
+        if o.market is Market.SPOT:  # the trainer counts the whole window from the notice
+            window = self._s.preemption_notice + ttl.SHUTDOWN_WINDOW
+            env["SPOTWISE_NOTICE_SECONDS"] = f"{window.total_seconds():g}"
         if request.gang_node is not None:  # one node of a gang, replacing a lost one
             env["SPOTWISE_NODE_RANK"] = str(request.gang_node)
             if request.gang_node == 0:  # it hosts the rendezvous: its own name
@@ -349,6 +353,9 @@ class Instances:
         if o.market is Market.SPOT:
             sched.provisioning_model = "SPOT"
             sched.instance_termination_action = "DELETE"
+            notice = int(s.preemption_notice.total_seconds())
+            if notice > 0:
+                sched.preemption_notice_duration = compute_v1.Duration(seconds=notice)
         elif s.flex_start_max_run is not None:  # DWS flex-start
             sched.provisioning_model = "FLEX_START"
             sched.instance_termination_action = "DELETE"

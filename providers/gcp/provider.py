@@ -8,15 +8,17 @@ found again by their deterministic names and labels.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from providers.adapter import Clock, CloudAdapter
-from providers.base import Capabilities
+from providers.base import Capabilities, Offering, RiskSignal
 from providers.gcp import ttl
 from providers.gcp.api import Api
 from providers.gcp.gangs import MAX_GANG
 from providers.gcp.instances import Instances, instance_name, request_id
 from providers.gcp.offerings import Offerings
+from providers.gcp.risk import CapacityAdvice
 from providers.gcp.settings import GcpSettings
 from providers.preflight import Check
 
@@ -60,6 +62,17 @@ class GcpProvider(CloudAdapter):
         self.owner = owner
         api = Api(settings, credentials, clock)
         super().__init__(api, Offerings(api), Instances(api, owner, CAPABILITIES))
+        self._advice = CapacityAdvice(
+            lambda: api.compute("AdviceClient"),
+            lambda: settings.project,
+            api.now,
+            api.emit,
+            lambda: api.timeout,
+        )
+
+    def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """Estimated Spot uptime per zone and shape (risk.py: cached, rate-kept)."""
+        return self._advice.signals(offerings)
 
     def preflight(self) -> list[Check]:
         """`spotwise doctor`: this project checked before the first job (preflight.py)."""

@@ -66,6 +66,9 @@ class GcpSettings(StrictModel):
     # reports LAUNCH_FAILED/CAPACITY). Priced at the on-demand SKUs (an upper bound: flex-start
     # SKUs are discounted). None: plain on-demand.
     flex_start_max_run: Duration | None = None
+    # Spot VMs: how long before the soft-off the metadata server says "preempted"
+    # (scheduling.preemptionNoticeDuration); 0 asks for none (the 30 s window only).
+    preemption_notice: Duration = ttl.PREEMPTION_NOTICE
     price_refresh: Duration = ttl.PRICE_REFRESH
     catalog_refresh: Duration = ttl.CATALOG_REFRESH
     timeout: Duration = ttl.REQUEST_TIMEOUT
@@ -100,6 +103,8 @@ class GcpSettings(StrictModel):
         run = self.flex_start_max_run
         if run is not None and not 600 <= run.total_seconds() <= 7 * 86400:
             raise ValueError("flex_start_max_run must be between 10m and 7d")
+        if self.preemption_notice.total_seconds() < 0:
+            raise ValueError("preemption_notice must be 0 (none) or more")
         if isinstance(self.subnetwork, dict):
             missing = [r for r in self.regions if r not in self.subnetwork]
             if missing:

@@ -22,6 +22,23 @@ VISIBILITY_DELAY = timedelta(minutes=2)
 # deterministic instance name covers the rest: a second insert of a live name is 409.
 REQUEST_ID_WINDOW = timedelta(minutes=60)
 
+# Spot VMs: the metadata server's `instance/preempted` turns TRUE this long before GCE sends
+# the ACPI soft-off (`scheduling.preemptionNoticeDuration`, "Specifies the Metadata Service
+# preemption notice duration before the GCE ACPI G2 Soft Off signal is triggered for Spot VMs
+# only": compute_v1 Scheduling). Without it the notice and the shutdown start together and a
+# job has the ~30 s shutdown window only; with 120 s it has about 150 s to save.
+PREEMPTION_NOTICE = timedelta(seconds=120)
+# The shutdown window GCE gives after the soft-off (Compute Engine: "Preemption process").
+SHUTDOWN_WINDOW = timedelta(seconds=30)
+
+# Capacity advice (advice.capacity): each (zone, shape) is asked at most once per
+# RISK_REFRESH, and at most RISK_CALLS_PER_POLL new ones per price poll, so a large catalog
+# is scored over a few polls and the API's per-project quota is never spent in one burst;
+# "best-effort ... based on historical data and current conditions" (the API reference) moves
+# slowly enough for that.
+RISK_REFRESH = timedelta(hours=6)
+RISK_CALLS_PER_POLL = 10
+
 # Per HTTP request (google-api-core passes it to requests).
 REQUEST_TIMEOUT = timedelta(seconds=60)
 

@@ -21,9 +21,10 @@ module composes them and adds what makes them a Provider. core.py says how each 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from providers.base import Capabilities, Market, Offering, pool_key
+from providers.base import Capabilities, Market, Offering, RiskSignal, pool_key
 from providers.local.core import instance_id_for
 from providers.local.interruptions import suggest_trace_start
 from providers.local.launching import ENV_PASSTHROUGH, GANG_NODE_DELAY_ENV, Launching
@@ -68,6 +69,12 @@ class LocalMarket(Launching, Listing):
                 price = round(r.spot_price * self.trace.price_factor(series, tick), 5)
                 out.append(self._offering(r, Market.SPOT, price, now))
         return out
+
+    def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """A stand-in for each cloud's risk data, from each pool's trace past (risk.py)."""
+        from providers.local import risk
+
+        return risk.signals(self.trace, self._tick(self._clock.now()), offerings)
 
     @staticmethod
     def _offering(r: CatalogRow, market: Market, price: float, now: datetime) -> Offering:

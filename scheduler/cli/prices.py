@@ -8,7 +8,8 @@ provider and the cloud it imitates).
 
 Plain columns at any width: TYPE, ZONE and MARKET are never cut (eight p4d rows must not
 look alike); a zone that names its region stands for both, and $/GPU-H, then the GPU's
-memory, give way first on a narrow terminal.
+memory, give way first on a narrow terminal. `-o wide` adds each spot pool's interruption
+hazard and where it came from (scheduler/state/pool_hazards.py).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import typer
 from scheduler.cli.columns import Col, layout, lines
 from scheduler.cli.common import (
     ConfigOpt,
-    Format,
-    OutputOpt,
+    Output,
+    WideOutputOpt,
     print_err,
     print_json,
     terminal_width,
@@ -31,6 +32,7 @@ from scheduler.cli.common import (
 
 if TYPE_CHECKING:
     from scheduler.core.config import Config
+    from scheduler.state.read_connection import Database
 
 commands = typer.Typer()
 
@@ -45,6 +47,9 @@ COLUMNS = (
     Col("$/H", right=True),
     Col("$/GPU-H", 1, right=True),
 )
+# -o wide: the interruption hazard placement weighs, and where it came from (the cloud's
+# risk data, the daemon's observations, or the configured prior).
+HAZARD_COLUMNS = (Col("HAZARD/H", right=True), Col("FROM"))
 
 
 @commands.command()
@@ -56,7 +61,7 @@ def prices(
     market: Annotated[str | None, typer.Option(metavar="MARKET", help="spot or on-demand")] = None,
     limit: Annotated[int, typer.Option(metavar="N", help="Rows to show (table)")] = 30,
     config: ConfigOpt = None,
-    output: OutputOpt = Format.table,
+    output: WideOutputOpt = Output.table,
 ) -> None:
     """Current offerings from the daemon's providers, cheapest first."""
     from scheduler.cli.remote import target, with_times
@@ -70,10 +75,13 @@ def prices(
     else:
         from scheduler.daemon.wiring import build_providers
 
-        cfg = _daemon_or_own_config(config)
-        rows, problems = read_models.live_offerings(
-            build_providers(cfg, read_only=True), gpu=gpu, cloud=cloud, market=market
-        )
+        cfg, db = _daemon_or_own_config(config)
+        providers = build_providers(cfg, read_only=True)
+        rows, problems = read_models.live_offerings(providers, gpu=gpu, cloud=cloud, market=market)
+        if output in ("wide", "json") and rows:
+            from scheduler.state.pool_hazards import annotate
+
+            problems += annotate(rows, providers, db, cfg.policy.spot_interruption_prior)
     for p in problems:
         print_err(f"warning: {p}")
     if output == "json":
@@ -84,11 +92,11 @@ def prices(
         return
     cells = [_cells(r) for r in rows[:limit]]
     # A zone that begins with its region names both: REGION only where one does not.
+    cols = COLUMNS + (HAZARD_COLUMNS if output == "wide" else ())
     if all(c["ZONE"].startswith(c["REGION"]) for c in cells):
-        cols = tuple(c for c in COLUMNS if c.name != "REGION")
-    else:
-        cols = COLUMNS
-    for line in lines(layout(cols, cells, terminal_width()), cells):
+        cols = tuple(c for c in cols if c.name != "REGION")
+    width = None if output == "wide" else terminal_width()
+    for line in lines(layout(cols, cells, width, wide=output == "wide"), cells):
         sys.stdout.write(line + "\n")
     if len(rows) > limit:
         print_err(f"{limit} of {len(rows)} offerings shown: --limit N for more")
@@ -108,12 +116,15 @@ def _cells(r: dict[str, object]) -> dict[str, str]:
         "MARKET": str(r["market"]),
         "$/H": f"{price:.4f}",
         "$/GPU-H": f"{price / max(count, 1):.4f}",
+        "HAZARD/H": f"{float(r.get('hazard_per_hour', 0.0)):.3f}",  # type: ignore[arg-type]
+        "FROM": str(r.get("hazard_from", "")),
     }
 
 
-def _daemon_or_own_config(config: Path | None) -> Config:
-    """The daemon's recorded config when its database can be read, else this command's own
-    (prices need no database: a fresh machine still lists what it could buy)."""
+def _daemon_or_own_config(config: Path | None) -> tuple[Config, Database | None]:
+    """The daemon's recorded config and its database when that can be read, else this
+    command's own config and no database (prices need none: a fresh machine still lists what
+    it could buy)."""
     from scheduler.cli.common import daemon_config
     from scheduler.state.files import load_config
     from scheduler.state.read_connection import open_for_reading
@@ -122,5 +133,5 @@ def _daemon_or_own_config(config: Path | None) -> Config:
     try:
         db = open_for_reading(cfg.daemon.resolved_database_url())
     except Exception:  # no database yet, or not readable: the providers this file names
-        return cfg
-    return daemon_config(cfg, db, config, warn=True)
+        return cfg, None
+    return daemon_config(cfg, db, config, warn=True), db

@@ -75,6 +75,8 @@ def render(report: Report) -> str:
         _figure("plot-prices", _price_plot(r)),
         "<h2>Interruptions on the timeline</h2>",
         _figure("plot-timeline", _timeline_plot(r)),
+        "<h2>Predicted against observed interruptions, per pool</h2>",
+        _figure("plot-calibration", _calibration_plot(r)),
         "<h2>On-demand basis</h2>",
         _basis(r),
         "<h2>Notes</h2>",
@@ -294,6 +296,32 @@ def _timeline_plot(r: Report) -> str:
     ax.invert_yaxis()
     ax.xaxis_date()
     _dates(ax, r)
+    return _svg(fig)
+
+
+def _calibration_plot(r: Report) -> str:
+    """Each pool's prior (the cloud's risk data, or the configured prior) against the rate
+    it then showed, log-log, with the diagonal a calibrated prior would sit on."""
+    fig, ax = _axes(3.6)
+    pts = [c for c in r.calibration if c.predicted > 0]
+    if not pts:
+        _empty(ax, "no pool has an hour of spot exposure yet")
+        return _svg(fig)
+    floor = min([c.predicted for c in pts] + [c.observed for c in pts if c.observed > 0]) / 2
+    xs = [c.predicted for c in pts]
+    ys = [max(c.observed, floor) for c in pts]  # a pool never interrupted sits on the floor
+    sizes = [20 + 6 * min(c.exposure_hours, 40) for c in pts]
+    ax.scatter(xs, ys, s=sizes, color=SPOT, alpha=0.75, edgecolors="#264653")
+    lo, hi = floor, max(xs + ys) * 2
+    ax.plot([lo, hi], [lo, hi], color=ON_DEMAND, linestyle="--", linewidth=1, label="calibrated")
+    for c, x, y in zip(pts, xs, ys, strict=True):
+        ax.annotate(c.pool.split("/", 2)[1], (x, y), fontsize=7, color="#555",
+                    xytext=(4, 3), textcoords="offset points")  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("predicted interruptions per hour (prior)")
+    ax.set_ylabel("observed per hour")
+    _legend(ax)
     return _svg(fig)
 
 

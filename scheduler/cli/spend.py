@@ -202,7 +202,7 @@ def report(
     now = screen_clock(cfg).daemon_now()
     start, end = parse_since(since, now), parse_since(until, now)
     rules = cfg.budget_rules()
-    facts = rep.load(engine, start, end, now, rules)
+    facts = rep.load(engine, start, end, now, rules, cfg.policy.spot_interruption_prior)
     offerings, problems = rep.ondemand_offerings(build_providers(cfg, read_only=True))
     doc = rep.build(facts, offerings, rules, by.value, since=start, until=end, problems=problems)
     if html is not None:

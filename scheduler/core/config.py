@@ -263,6 +263,11 @@ class PolicySettings(StrictModel):
     # of the cost of staying, net of the move, and the attempt must have run this long first.
     follow_min_saving: float = Field(default=0.2, ge=0)
     follow_min_gap: Duration = timedelta(minutes=30)
+    # Early signals (scheduler.core.early_signals): the chance that a rebalance
+    # recommendation is followed by an interruption, and how long before the notice it
+    # comes; a job moves early only when that costs no more than waiting in expectation.
+    early_signal_probability: float = Field(default=0.5, ge=0, le=1)
+    early_signal_lead: Duration = timedelta(minutes=10)
 
     @field_validator("deadline_policy")
     @classmethod

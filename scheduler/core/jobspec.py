@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from providers import gpus as gpu_registry
 from providers.regions import CLOUDS, REGIONS, suggest_cloud, suggest_region
 from providers.settings import MAX_DURATION, PositiveDuration, parse_duration, shorten
+from scheduler.core.checkpointing import young_daly
 from scheduler.core.errors import (
     UserError,
     clean,
@@ -177,11 +178,37 @@ class JobSpec(BaseModel):
     checkpoint: str | None = None
     # Continue from the checkpoints a finished job left at `checkpoint` (refused otherwise).
     reuse_checkpoint: bool = False
-    checkpoint_interval: PositiveDuration = timedelta(minutes=10)
+    # How often the job checkpoints (its own setting, told to spotwise), or "auto": the
+    # daemon sets it from the pool's hazard and the measured save time
+    # (scheduler.core.checkpointing) and the trainer follows.
+    checkpoint_interval: PositiveDuration | Literal["auto"] = timedelta(minutes=10)
     # "on-price": a running attempt moves when another pool is clearly cheaper
     # (scheduler.core.price_moves)
     migrate: Literal["never", "on-price"] = "on-price"
+    # A wall-clock cap from the job's first start: past it the job is stopped (checkpointed)
+    # and FAILED, whatever its progress.
+    max_duration: PositiveDuration | None = None
+    # Interruptions recovered before the job fails ([daemon] max_preemptions when unset); 0:
+    # no recovery, the first interruption fails the job.
+    max_preemptions: int | None = Field(default=None, ge=0, le=1_000_000)
+    # After this many interruptions within `fallback_window`, the rest runs on on-demand
+    # (jobs without a deadline: a deadline job's policy decides that itself).
+    fallback_after: int | None = Field(default=None, ge=1, le=1_000)
+    fallback_window: PositiveDuration = timedelta(hours=24)
     env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("checkpoint_interval", mode="before")
+    @classmethod
+    def _interval(cls, v: Any) -> Any:
+        if v == "auto":
+            return v
+        try:
+            d = parse_duration(v)
+        except ValueError as e:
+            raise ValueError(f"{e}, or 'auto' (as often as the pool deserves)") from None
+        if d < timedelta(milliseconds=1):
+            raise ValueError(f"must be at least 1ms, got {d.total_seconds():g}s, or 'auto'")
+        return d
 
     @field_validator("team")
     @classmethod
@@ -337,6 +364,13 @@ class JobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if self.fallback_after is not None and self.deadline is not None:
+            raise ValueError(
+                "fallback_after is for jobs without a deadline: a deadline job's policy "
+                "moves it to on-demand when its slack runs out"
+            )
+        if self.fallback_after is not None and self.spot is SpotPreference.ONLY:
+            raise ValueError("fallback_after needs on-demand, which spot = 'only' forbids")
         for spec in self.gpu_specs():
             info = gpu_registry.get_model(spec.model) if spec.model else None
             if info and spec.min_memory_gb > max(info.memory_gb) + 0.5:
@@ -345,6 +379,17 @@ class JobSpec(BaseModel):
                     f"gpu_memory_gb = {spec.min_memory_gb:g}: {spec.model} comes with {sizes} GB"
                 )
         return self
+
+    @property
+    def auto_checkpoint(self) -> bool:
+        return self.checkpoint_interval == "auto"
+
+    def interval_at(self, rate_per_hour: float, save_seconds: float = 0.0) -> timedelta:
+        """The checkpoint interval on a pool with this interruption rate: the job's own, or
+        Young/Daly's for "auto"."""
+        if isinstance(self.checkpoint_interval, timedelta):
+            return self.checkpoint_interval
+        return young_daly(save_seconds, rate_per_hour)
 
     @property
     def fewest_nodes(self) -> int:

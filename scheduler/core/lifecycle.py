@@ -22,10 +22,12 @@ STOP_ENDS = {
     "budget": AttemptEnd.BUDGET,
     "policy": AttemptEnd.MIGRATED,
     "price": AttemptEnd.MIGRATED,
+    "rebalance": AttemptEnd.MIGRATED,  # moved early on a rebalance recommendation
     "launch_timeout": AttemptEnd.LAUNCH_FAILED,
     "launch_failed": AttemptEnd.LAUNCH_FAILED,  # a gang that did not come up whole
     "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted
     "quarantine": AttemptEnd.FAILED,  # the job failed (quarantined): not a user's cancel
+    "max_duration": AttemptEnd.FAILED,  # the job ran past its wall-clock cap
 }
 # The stop reason written on a gang when one of its nodes got a notice or ended: the other
 # nodes are told to checkpoint (the trainer's all-reduced stop flag puts every rank on the
@@ -118,6 +120,7 @@ class LastAttempt:
     pool: str
     exit_code: int | None = None
     detail: str = ""
+    stop_reason: str | None = None  # why we asked it to stop, if we did
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +151,10 @@ def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
         return Transition(JobState.SUCCEEDED, "finished", "succeeded")
     if job.cancel_requested or end is AttemptEnd.CANCELLED:
         return Transition(JobState.CANCELLED, "cancelled by user", "cancelled")
+    if end is AttemptEnd.FAILED and last.stop_reason == "max_duration":
+        return Transition(
+            JobState.FAILED, last.detail or "ran past max_duration", "failed", "warning"
+        )
     if end is AttemptEnd.FAILED:
         # No exit code: the daemon ended it for the job's own fault (its store is another
         # job's, say), and the detail says why.
@@ -165,6 +172,9 @@ def next_state(job: JobFacts, last: LastAttempt, limits: Limits) -> Transition:
         why = last.detail or f"no capacity in {last.pool}"
         return Transition(waiting, why, "launch_failed", "warning")
     if end is AttemptEnd.INTERRUPTED:
+        if limits.max_preemptions == 0:
+            why = f"interrupted on {last.pool}; max_preemptions = 0: no recovery"
+            return Transition(JobState.FAILED, why, "failed", "warning")
         if limits.max_preemptions is not None and job.recoveries >= limits.max_preemptions:
             why = f"gave up after {job.recoveries} preemptions (max_preemptions)"
             return Transition(JobState.FAILED, why, "failed", "warning")

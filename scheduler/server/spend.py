@@ -104,7 +104,14 @@ def prices_doc(
     ctx = context(request)
 
     def ask() -> tuple[list[dict[str, Any]], list[str]]:
-        return read_models.live_offerings(ctx.providers(), gpu=gpu, cloud=cloud, market=market)
+        from scheduler.state.pool_hazards import annotate
+
+        providers = ctx.providers()
+        rows, problems = read_models.live_offerings(providers, gpu=gpu, cloud=cloud, market=market)
+        if rows:  # each pool's hazard, as `prices -o json` and `-o wide` print it
+            prior = ctx.config().policy.spot_interruption_prior
+            problems += annotate(rows, providers, ctx.db, prior)
+        return rows, problems
 
     rows, problems = ctx.cached(f"prices:{gpu}:{cloud}:{market}", PRICES_SECONDS, ask)
     return read_models.document(offerings=rows, errors=problems)

@@ -141,6 +141,13 @@ class Attempt(SQLModel, table=True):
     stop_reason: str | None = None
     terminate_sent_at: datetime | None = _utc(default=None)  # re-asked every stop_grace
     notice_at: datetime | None = _utc(default=None)
+    # An early interruption signal (AWS rebalance recommendation), and what the daemon did
+    # about it: "" (not decided yet), "moved" or "waited".
+    early_signal_at: datetime | None = _utc(default=None, index=True)
+    early_action: str = ""
+    # "auto" checkpointing: the interval (seconds) the daemon last told this attempt, at
+    # launch and through the store (checkpoint_interval.json).
+    checkpoint_interval_s: float | None = None
     end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None
     detail: str = ""  # why it ended, in words (launch failures, lost)
@@ -290,6 +297,16 @@ class PoolState(SQLModel, table=True):
     gang_capacity: int | None = None
     gang_capacity_until: datetime | None = _utc(default=None)
     gang_capacity_reason: str = ""
+    # The interruption rate per hour the cloud's own risk data implies (AWS placement score,
+    # GCP preemption rate, Azure eviction band), the signal it came from, and when it was read
+    # (scheduler.core.hazard); the daemon's observations update it.
+    prior_rate: float | None = None
+    prior_source: str = ""
+    prior_at: datetime | None = _utc(default=None)
+    # Lengths in hours of the pool's recent outages (a JSON list, newest last), and when the
+    # current one began: "avoid after interrupt" is learned from them.
+    outage_hours: str = "[]"
+    outage_since: datetime | None = _utc(default=None)
 
 
 class Event(SQLModel, table=True):

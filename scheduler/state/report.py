@@ -33,8 +33,15 @@ from providers.base import Market, Offering, Provider
 from scheduler.core.budget import BudgetRule, Window, window_start
 from scheduler.core.catalog import Catalog
 from scheduler.core.jobspec import JobSpec, SpotPreference
-from scheduler.core.placement import PlacementContext, Requirements, candidates
+from scheduler.core.placement import (
+    DEFAULT_SPOT_INTERRUPTION_RATE,
+    PlacementContext,
+    Requirements,
+    candidates,
+)
 from scheduler.core.states import AttemptEnd
+from scheduler.state import calibration
+from scheduler.state.calibration import PoolCalibration
 from scheduler.state.models import Attempt, Job, PriceSample, SpendBucket
 from trainer import contract
 
@@ -101,6 +108,7 @@ class Facts:
     # Per budget window kind: spend per (job name, team) from that window's start (at the
     # report's start) up to the report's start, so the budget lines start where they stood.
     before: dict[Window, dict[tuple[str, str], float]] = field(default_factory=dict)
+    calibration: list[PoolCalibration] = field(default_factory=list)
 
 
 def floor_hour(t: datetime) -> datetime:
@@ -131,11 +139,13 @@ def load(
     until: datetime | None,
     now: datetime,
     rules: Sequence[BudgetRule] = (),
+    spot_prior: float = 0.1,
 ) -> Facts:
     """Everything `build` needs, in one read (no cloud I/O)."""
     w = report_window(since, until, now)
     facts = Facts(window=w, now=now)
     with Session(engine) as s:
+        facts.calibration = calibration.load(s, spot_prior)
         q = (
             select(Attempt, Job.name, Job.team)
             .where(Attempt.job_id == Job.id, col(Attempt.started_at).is_not(None))
@@ -366,6 +376,7 @@ class Report:
     timeline: list[Span]
     notes: list[str]
     first_activity: datetime | None = None  # the earliest spend or attempt in the window
+    calibration: list[PoolCalibration] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         total = self.total.to_dict("")
@@ -389,6 +400,7 @@ class Report:
                 for c in self.ondemand
             ],
             "notes": self.notes,
+            "calibration": [c.to_dict() for c in self.calibration],
         }
 
 
@@ -410,7 +422,11 @@ def lost_hours(a: AttemptFact, spec: JobSpec | None, w: ReportWindow) -> float:
     """Hours of an interrupted attempt's work redone after it: its last checkpoint interval."""
     if a.end_reason is not AttemptEnd.INTERRUPTED:
         return 0.0
-    interval = spec.checkpoint_interval if spec is not None else timedelta(minutes=10)
+    interval = (
+        spec.interval_at(DEFAULT_SPOT_INTERRUPTION_RATE)
+        if spec is not None
+        else timedelta(minutes=10)
+    )
     return w.clip(max(a.start, a.end - interval), a.end)
 
 
@@ -495,6 +511,7 @@ def build(
         first_activity=min(
             [b.hour for b in facts.buckets] + [s.start for s in timeline], default=None
         ),
+        calibration=facts.calibration,
     )
 
 

@@ -391,3 +391,37 @@ def test_report_table_fits_80_columns_and_never_shortens_an_id(world, monkeypatc
     rows = _report(world, "--by", "job")["rows"]
     assert rows and all(row["job"] in table for row in rows)
     assert "COST" in table and "…" not in table
+
+
+def test_report_plots_each_pools_predicted_against_observed_rate(world, tmp_path):
+    """Calibration: a pool scored by its cloud and one on the configured prior, each with
+    the rate it then showed; a pool with under an hour of exposure is left out."""
+    from scheduler.state.models import PoolState
+
+    with Session(world.engine) as s:  # type: ignore[arg-type]
+        scored = PoolState(
+            pool="aws/us-east-1a/p3.2xlarge/spot",
+            interruptions=3,
+            exposure_hours=20.0,
+            prior_rate=0.2,
+            prior_source="aws score 3",
+        )
+        s.add(scored)
+        s.add(PoolState(pool="gcp/us-central1-a/a2-highgpu-1g/spot", exposure_hours=12.0))
+        s.add(PoolState(pool="azure/eastus-1/NC6/spot", interruptions=1, exposure_hours=0.5))
+        s.commit()
+    page = tmp_path / "report.html"
+    r = runner.invoke(
+        cli.app, ["report", "--html", str(page), "-o", "json", "-c", str(world.config)]
+    )
+    assert r.exit_code == 0, r.output
+    got = {c["pool"]: c for c in json.loads(r.stdout)["calibration"]}
+    assert set(got) == {"aws/us-east-1a/p3.2xlarge/spot", "gcp/us-central1-a/a2-highgpu-1g/spot"}
+    aws = got["aws/us-east-1a/p3.2xlarge/spot"]
+    assert aws["predicted_per_hour"] == 0.2 and aws["observed_per_hour"] == pytest.approx(0.15)
+    assert aws["predicted_from"] == "aws score 3"
+    gcp = got["gcp/us-central1-a/a2-highgpu-1g/spot"]
+    assert gcp["predicted_from"] == "config prior" and gcp["observed_per_hour"] == 0
+    text = page.read_text()
+    assert '<figure id="plot-calibration"><svg' in text
+    assert "predicted interruptions per hour" in text and "us-east-1a" in text

@@ -283,6 +283,25 @@ def user_data(moto_url: str, instance_id: str) -> str:
     return base64.b64decode(attr["UserData"]["Value"]).decode()
 
 
+def eventbridge_rebalance(instance_id: str, when: datetime) -> str:
+    """The "EC2 Instance Rebalance Recommendation" event, shaped as the EC2 User Guide's
+    example ("EC2 instance rebalance recommendations", EventBridge): detail has the
+    instance id only."""
+    return json.dumps(
+        {
+            "version": "0",
+            "id": "12345678-1234-1234-1234-123456789012",
+            "detail-type": "EC2 Instance Rebalance Recommendation",
+            "source": "aws.ec2",
+            "account": "123456789012",
+            "time": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "region": REGION,
+            "resources": [f"arn:aws:ec2:{REGION}b:instance/{instance_id}"],
+            "detail": {"instance-id": instance_id},
+        }
+    )
+
+
 def eventbridge_warning(instance_id: str, when: datetime) -> str:
     return json.dumps(
         {
@@ -334,3 +353,34 @@ def placement_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, list]:
     monkeypatch.setattr(EC2Response, "delete_placement_group", delete, raising=False)
     monkeypatch.setattr(InstanceResponse, "run_instances", run)
     return seen
+
+
+@pytest.fixture
+def placement_scores(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """moto has no GetSpotPlacementScores: answer it on moto's side of the HTTP call, in the
+    wire shape of botocore's EC2 model (service-2.json: GetSpotPlacementScoresResult
+    spotPlacementScoreSet/item with region, availabilityZoneId, score), scoring the zone ids
+    moto's DescribeAvailabilityZones gives. `scores` maps a zone id to its score; the calls
+    are recorded (the instance types asked, in order)."""
+    from moto.ec2.responses import EC2Response
+
+    state: dict[str, Any] = {"scores": {}, "calls": [], "fail": False}
+
+    def get_scores(self: Any) -> str:
+        types = list(self._get_param("InstanceTypes") or [])
+        state["calls"].append(types)
+        if state["fail"]:
+            raise RuntimeError("not reachable")  # moto answers 500
+        items = "".join(
+            f"<item><region>{self.region}</region><availabilityZoneId>{zid}</availabilityZoneId>"
+            f"<score>{score}</score></item>"
+            for zid, score in state["scores"].items()
+        )
+        return (
+            '<GetSpotPlacementScoresResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">'
+            f"<requestId>r-1</requestId><spotPlacementScoreSet>{items}</spotPlacementScoreSet>"
+            "</GetSpotPlacementScoresResponse>"
+        )
+
+    monkeypatch.setattr(EC2Response, "get_spot_placement_scores", get_scores, raising=False)
+    return state

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -88,6 +89,11 @@ class FakeImds(_Fake):
     def __init__(self) -> None:
         super().__init__()
         self.token = uuid.uuid4().hex
+        self.rebalance = False
+
+    def recommend_rebalance(self) -> None:
+        with self.lock:
+            self.rebalance = True
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = urlparse(h.path).path
@@ -101,6 +107,15 @@ class FakeImds(_Fake):
             if not self.preempted:
                 return self.reply(h, 404, b"Not Found")
             doc = {"action": "terminate", "time": "2026-11-29T15:00:00Z"}
+            return self.reply(h, 200, json.dumps(doc).encode(), {"Content-Type": "text/plain"})
+        if method == "GET" and path == "/latest/meta-data/events/recommendations/rebalance":
+            # EC2 User Guide, "Rebalance recommendation signal": 404 until the signal, then
+            # {"noticeTime": "2020-10-27T08:22:00Z"}.
+            if h.headers.get("X-aws-ec2-metadata-token") != self.token:
+                return self.reply(h, 401)
+            if not self.rebalance:
+                return self.reply(h, 404, b"Not Found")
+            doc = {"noticeTime": "2026-11-29T14:50:00Z"}
             return self.reply(h, 200, json.dumps(doc).encode(), {"Content-Type": "text/plain"})
         return self.reply(h, 404)
 
@@ -139,6 +154,10 @@ class FakeAzureEvents(_Fake):
         super().__init__()
         self.event_id = str(uuid.uuid4()).upper()
         self.acknowledged: list[str] = []
+        # Seconds the first GET takes: the service being enabled for the VM (Azure: "up to
+        # two minutes").
+        self.first_delay = 0.0
+        self._gets = 0
 
     def handle(self, h: BaseHTTPRequestHandler, method: str) -> None:
         url = urlparse(h.path)
@@ -151,6 +170,11 @@ class FakeAzureEvents(_Fake):
             with self.lock:
                 self.acknowledged += [r["EventId"] for r in body.get("StartRequests", [])]
             return self.reply(h, 200)
+        with self.lock:
+            self._gets += 1
+            first = self._gets == 1
+        if first and self.first_delay:
+            time.sleep(self.first_delay)
         events = []
         if self.preempted:
             events.append(

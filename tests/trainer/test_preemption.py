@@ -78,6 +78,47 @@ def test_azure_watcher_sees_preempt_and_acknowledges() -> None:
         assert fake.acknowledged == [fake.event_id]
 
 
+@pytest.mark.timeout(20)
+def test_aws_rebalance_recommendation_is_an_early_signal_not_a_notice() -> None:
+    with FakeImds() as fake:
+        w = AwsWatcher(fake.endpoint, 0.01)
+        assert w.check() is None and w.early is None
+        fake.recommend_rebalance()
+        assert w.check() is None and not w.seen  # keep training ...
+        assert w.early is not None and w.early.source == "aws-rebalance"  # ... but save now
+        paths = [p for _, p, _ in fake.requests]
+        assert "/latest/meta-data/events/recommendations/rebalance" in paths
+        fake.preempt()
+        assert w.check() is not None
+
+
+def test_gcp_notice_counts_the_window_the_launch_asked_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SPOTWISE_CLOUD", "gcp")
+    monkeypatch.setenv("SPOTWISE_NOTICE_SECONDS", "150")
+    w = make_watcher(PreemptionConfig())
+    assert isinstance(w, GcpWatcher) and w.window == 150
+    with FakeGcpMetadata() as fake:
+        w = GcpWatcher(fake.endpoint, 0.01, window=150)
+        fake.preempt()
+        notice = w.check()
+        assert notice is not None and 148 < (notice.seconds_left() or 0) <= 150
+    monkeypatch.setenv("SPOTWISE_NOTICE_SECONDS", "junk")
+    assert make_watcher(PreemptionConfig()).window == 30  # type: ignore[attr-defined]
+
+
+@pytest.mark.timeout(30)
+def test_azure_first_call_waits_while_scheduled_events_is_enabled() -> None:
+    with FakeAzureEvents() as fake:
+        fake.first_delay = 2.5  # past the 2 s every later call gets
+        w = AzureWatcher(fake.endpoint, 0.01)
+        assert w.first_timeout >= 120
+        assert w.check() is None  # the slow first answer is an answer, not an error
+        fake.preempt()
+        assert w.check() is not None
+
+
 def test_file_watcher_and_selection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     notice = tmp_path / "notice.json"
     w = FileWatcher(notice, 0.01)
@@ -265,3 +306,47 @@ def test_sigterm_to_the_whole_group_with_loader_workers_checkpoints_and_exits_75
     assert code == EXIT_PREEMPTED, err[-2000:]
     doc = progress(ckpt)
     assert doc["state"] == "preempted" and doc["last_checkpoint_step"] == doc["step"] >= 2
+
+
+@pytest.mark.timeout(120)
+def test_rebalance_saves_early_and_the_notice_is_recorded_in_the_store(tmp_path: Path) -> None:
+    """A rebalance recommendation: one asynchronous save while training goes on; then the
+    notice: progress.json names it before the final save, for the daemon to read."""
+    ckpt = tmp_path / "c"
+    with FakeImds() as aws:
+        argv = tiny_args(
+            ckpt,
+            training__steps=100_000,
+            checkpoint__interval_steps=0,
+            checkpoint__async_save=True,
+            preemption__cloud="aws",
+            preemption__poll_interval_seconds=0.02,
+            training__step_delay_seconds=0.05,
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trainer", *argv],
+            cwd=REPO,
+            env=env(SPOTWISE_AWS_IMDS_ENDPOINT=aws.endpoint, SPOTWISE_CHECKPOINT_URI=""),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            path = ckpt / "progress.json"
+            _wait(lambda: path.exists() and progress(ckpt)["step"] >= 2, timeout=90)
+            assert not (ckpt / "latest").exists()  # no save on schedule
+            aws.recommend_rebalance()
+            _wait(lambda: (ckpt / "latest").exists(), timeout=30)
+            early = progress(ckpt)
+            assert early["early_signal"]["source"] == "aws-rebalance"
+            assert proc.poll() is None  # still training
+            first = int(early["last_checkpoint_step"])
+            _wait(lambda: progress(ckpt)["step"] > first + 2, timeout=30)
+            aws.preempt()
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    doc = progress(ckpt)
+    assert doc["state"] == "preempted" and doc["notice"]["source"] == "aws"
+    assert doc["notice"]["seen_at"] > 0 and doc["last_checkpoint_step"] == doc["step"] > first

@@ -56,7 +56,8 @@ class Observation:
     Optional (defaults keep older callers valid): `spent` is the job's spend so far in USD
     (None: the policy keeps its own ledger), `checkpoint_interval` the hours of work between
     checkpoints (0 = checkpoint on the interruption notice) and `work_at_risk` the work done
-    since the last checkpoint, lost if the current attempt is interrupted.
+    since the last checkpoint, lost if the current attempt is interrupted; `at_risk` the
+    zones whose instances got an early signal now.
     """
 
     elapsed: float
@@ -74,6 +75,9 @@ class Observation:
     spent: float | None = None
     checkpoint_interval: float = 0.0
     work_at_risk: float = 0.0
+    # Zones whose running instances got an early interruption signal (a rebalance
+    # recommendation) at this decision point.
+    at_risk: frozenset[str] = frozenset()
 
     @property
     def remaining_work(self) -> float:

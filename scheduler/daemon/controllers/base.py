@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from contextlib import contextmanager
@@ -410,10 +410,47 @@ def mark_unavailable(s: Session, pool: str, why: str, now: datetime, ttl: timede
     emit(s, now, "pool_unavailable", f"{pool} until {ps.unavailable_until:%H:%M:%S}Z: {why}")
 
 
+def pool_up(s: Session, pool: str, now: datetime) -> None:
+    """A launch runs in `pool`: see `pools_up`."""
+    pools_up(s, [pool], now)
+
+
+def pools_up(s: Session, pools: Iterable[str], now: datetime) -> None:
+    """Launches run in `pools`: an outage that began with an interruption in one of them is
+    over, and its length is kept (the pool's "avoid after interrupt" is learned from them).
+    One query for the lot; pools with no open outage cost nothing more."""
+    import json
+
+    from sqlmodel import col, select
+
+    from scheduler.core.hazard import MAX_OUTAGES
+    from scheduler.state.models import PoolState
+
+    wanted = sorted(set(pools))
+    if not wanted:
+        return
+    for ps in s.exec(
+        select(PoolState).where(
+            col(PoolState.pool).in_(wanted), col(PoolState.outage_since).is_not(None)
+        )
+    ).all():
+        assert ps.outage_since is not None
+        if now > ps.outage_since:
+            try:
+                kept = [float(h) for h in json.loads(ps.outage_hours or "[]")]
+            except (TypeError, ValueError):
+                kept = []
+            kept.append(round(hours(now - ps.outage_since), 4))
+            ps.outage_hours = json.dumps(kept[-MAX_OUTAGES:])
+        ps.outage_since = None
+        s.add(ps)
+
+
 def job_running(s: Session, job_id: str, pool: str, price: float, now: datetime) -> None:
     """The job's state follows its attempt once the cloud says the instance runs."""
     from scheduler.state.models import Job
 
+    pool_up(s, pool, now)
     job = s.get(Job, job_id)
     if job is not None and job.state in (JobState.LAUNCHING, JobState.PENDING, JobState.RECOVERING):
         job.state, job.reason, job.updated_at = (

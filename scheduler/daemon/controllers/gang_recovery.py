@@ -241,7 +241,7 @@ class GangRecovery:
             replacement=self._replacement(s, a, job, spec, cat, pools, len(lost), rate, now),
             elsewhere=self._elsewhere(a, spec, cat, pools, rates, price, rate, now),
             remaining_hours=remaining,
-            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            lost_work_hours=hours(spec.interval_at(rate(a.pool))) / 2,
         )
 
     def _replacement(
@@ -327,7 +327,7 @@ class GangRecovery:
             avoid_pools=frozenset({a.pool}),
             interruption_rate=rates,
             restart_overhead_hours=hours(cfg.policy.restart_overhead),
-            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            lost_work_hours=hours(spec.interval_at(rate(a.pool))) / 2,
             gang_capacity=dict(self.catalog.current.request_limit),
         )
         d = place(req, cat, ctx)

@@ -85,6 +85,7 @@ class _Live:
     launching: bool = False
     started: bool = False
     noticed: bool = False
+    signalled: bool = False  # an early signal is recorded
 
 
 class InstanceController:
@@ -138,6 +139,7 @@ class InstanceController:
                 a.state is AttemptState.LAUNCHING,
                 a.started_at is not None,
                 a.notice_at is not None,
+                a.early_signal_at is not None,
             )
             for a, uri in rows
             if a.nodes <= 1
@@ -407,6 +409,7 @@ class InstanceController:
             if end is AttemptEnd.INTERRUPTED:
                 ps.interruptions += 1
                 ps.last_interrupted_at = a.ended_at
+                ps.outage_since = ps.outage_since or a.ended_at  # until a launch there runs
             s.add(ps)
         emit(
             s,
@@ -483,6 +486,7 @@ class InstanceController:
             and not x.launching
             and x.started
             and (inst.notice_at is None or x.noticed)
+            and (inst.early_signal_at is None or x.signalled)
         ):
             return None  # running, as already recorded: `_running` would change nothing
         if inst.state not in (InstanceState.ENDED, InstanceState.NOT_FOUND):
@@ -591,6 +595,16 @@ class InstanceController:
                 attempt_id=a.id,
                 level="warning",
             )
+        if inst.early_signal_at is not None and a.early_signal_at is None:
+            a.early_signal_at = inst.early_signal_at  # the job step decides what to do
+            emit(
+                s,
+                now,
+                "early_signal",
+                f"{a.pool}: rebalance recommended for {a.instance_id}; the job saves early",
+                job_id=a.job_id,
+                attempt_id=a.id,
+            )
         s.add(a)
 
     def _end(self, s, a: Attempt, inst: Instance, facts: Ended, now: datetime, known=None) -> None:  # type: ignore[no-untyped-def]
@@ -649,6 +663,7 @@ class InstanceController:
         if end is AttemptEnd.INTERRUPTED:
             ps.interruptions += 1
             ps.last_interrupted_at = a.ended_at
+            ps.outage_since = ps.outage_since or a.ended_at  # until a launch there runs
         s.add(ps)
 
 

@@ -1,18 +1,22 @@
-"""Polls every provider for offerings (concurrently) and keeps the catalog and price history."""
+"""Polls every provider for offerings (concurrently) and keeps the catalog and price history,
+and each spot pool's prior interruption rate from its cloud's risk data."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
 
+from sqlmodel import col, select
+
 from providers.base import Offering
+from scheduler.core import hazard
 from scheduler.core.catalog import Catalog
 from scheduler.core.clock import Clock
 from scheduler.core.jobspec import MAX_NODES
 from scheduler.daemon.controllers.base import CatalogHolder, Clouds, Db, safe_message
 from scheduler.daemon.controllers.gang import request_limit_reason
 from scheduler.state.audit import emit
-from scheduler.state.models import PriceSample
+from scheduler.state.models import PoolState, PriceSample
 
 
 def _request_limits(clouds: Clouds, provider_of: dict[str, str]) -> dict[str, tuple[int, str]]:
@@ -84,12 +88,44 @@ class PriceController:
                 if provider_of.setdefault(o.pool, name) == name:
                     offerings.append(o)
         self._record_price_changes(old, offerings, now)
+        self._record_priors(clouds, by_provider, now)
         new = Catalog(offerings)
         limits = _request_limits(clouds, provider_of)
         if self.reprice is not None:
             self.reprice(new, lambda: self.holder.set(new, provider_of, limits))
         else:
             self.holder.set(new, provider_of, limits)
+
+    def _record_priors(
+        self, clouds: Clouds, by_provider: dict[str, list[Offering]], now: datetime
+    ) -> None:
+        """Each spot pool's prior interruption rate from its cloud's risk data (providers
+        that read any: `risk_signals`, cached behind their own TTLs), written where it
+        changed; a provider whose call fails keeps the priors already recorded."""
+        calls = {
+            name: (name, lambda p, offs=offs: p.risk_signals(offs))  # type: ignore[attr-defined]
+            for name, offs in by_provider.items()
+            if offs and hasattr(clouds.get(name), "risk_signals")
+        }
+        if not calls:
+            return
+        signals = []
+        for r in clouds.gather(calls).values():
+            if r.ok and r.value:
+                signals.extend(r.value)
+        found = hazard.priors(signals)
+        if not found:
+            return
+        with self.db.write() as s:
+            known = {
+                p.pool: p
+                for p in s.exec(select(PoolState).where(col(PoolState.pool).in_(list(found))))
+            }
+            for pool, (rate, source) in found.items():
+                ps = known.get(pool) or PoolState(pool=pool)
+                if ps.prior_rate != rate or ps.prior_source != source:
+                    ps.prior_rate, ps.prior_source, ps.prior_at = rate, source, now
+                    s.add(ps)
 
     def _record_price_changes(self, old: Catalog, new: list[Offering], now: datetime) -> None:
         before = {o.pool: o.price_per_hour for o in old}

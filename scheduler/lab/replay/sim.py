@@ -8,6 +8,8 @@ Model, per tick of `gap_hours`:
 - the tick is billed at the price in force for the time the attempt runs (the final tick
   only until the work is done); launching into another region than the checkpoint's adds
   `migration_cost` once.
+- with `save_hours`, periodic checkpoints cost time: a share save / (interval + save) of
+  each tick's running time makes no progress (billed all the same);
 - a job still unfinished at the deadline counts as a miss and is finished on on-demand
   (billed), so costs stay comparable.
 - with `budget` (hard, USD), the daemon's budget rules decide per tick whether an attempt
@@ -21,7 +23,7 @@ Model, per tick of `gap_hours`:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -42,6 +44,9 @@ class Job:
     checkpoint_interval: float = 0.0  # hours of work between checkpoints; 0 = on notice
     migration_cost: float = 0.0  # USD to move the checkpoint to another region
     budget: float | None = None  # hard cap in USD
+    # Hours one periodic checkpoint takes (billed, no progress); with checkpoint_interval > 0
+    # a share save / (interval + save) of each tick's running time goes to saving.
+    save_hours: float = 0.0
 
 
 @dataclass(slots=True)
@@ -61,6 +66,7 @@ class Outcome:
     migrations: int = 0
     late_cost: float = 0.0  # on-demand spend after a missed deadline
     budget_stopped: bool = False
+    early_saves: int = 0  # checkpoints taken on an early signal
 
 
 def simulate(
@@ -70,13 +76,18 @@ def simulate(
     finish_late: bool = True,
     history: Trace | None = None,
     adversary: Callable[[int, Action | None, list[bool]], list[bool]] | None = None,
+    early_signals: Mapping[int, frozenset[str]] | None = None,
     node_losses: np.ndarray | None = None,
 ) -> Outcome:
     """Replay `job` from tick 0 of `trace`; `history` (the ticks just before) is shown to
     policies that learn (the daemon has been watching the pools before the job came).
 
     `adversary(tick, running, available)` may rewrite each tick's availability from what
-    the policy is running (an adaptive adversary, e.g. one that kills every spot launch)."""
+    the policy is running (an adaptive adversary, e.g. one that kills every spot launch).
+
+    `early_signals` (tick -> zones) are rebalance recommendations: a spot attempt in one of
+    those zones saves at once (the trainer's early checkpoint) and the policy sees the zones
+    in `Observation.at_risk`."""
     g = trace.gap_hours
     zones = trace.zones
     zindex = {z: i for i, z in enumerate(zones)}
@@ -132,6 +143,10 @@ def simulate(
                 out.lost_work += done - ckpt
                 done = ckpt
             remaining_oh += o
+        at_risk = early_signals.get(t, frozenset()) if early_signals else frozenset()
+        if place is not None and place.kind is ActionKind.SPOT and place.zone in at_risk:
+            ckpt = done  # the early save: nothing since it is lost if the notice follows
+            out.early_saves += 1
         prices = price_rows[t]
         if prices is not last_prices:
             price_map = dict(zip(zones, prices, strict=True))
@@ -152,6 +167,7 @@ def simulate(
             spent=out.cost,
             checkpoint_interval=job.checkpoint_interval,
             work_at_risk=done - ckpt if job.checkpoint_interval > 0 else 0.0,
+            at_risk=at_risk,
         )
         policy.observe(obs)
         action = policy.decide(obs)
@@ -190,11 +206,14 @@ def simulate(
         place = action
         spent_oh = min(remaining_oh, g)
         remaining_oh -= spent_oh
-        progress = g - spent_oh
+        keep = 1.0
+        if job.save_hours > 0 and job.checkpoint_interval > 0:
+            keep = job.checkpoint_interval / (job.checkpoint_interval + job.save_hours)
+        progress = (g - spent_oh) * keep
         need = job.work - done
         used = g
         if progress >= need - EPS:
-            used = spent_oh + need
+            used = spent_oh + need / keep
             done = job.work
         else:
             done += progress
@@ -206,7 +225,10 @@ def simulate(
         ckpt = (
             done
             if job.checkpoint_interval <= 0
-            else math.floor(done / job.checkpoint_interval + EPS) * job.checkpoint_interval
+            else max(  # periodic saves, or a later early save
+                ckpt,
+                math.floor(done / job.checkpoint_interval + EPS) * job.checkpoint_interval,
+            )
         )
         if done >= job.work - EPS:
             out.finished = True

@@ -9,6 +9,7 @@ from tests.support.aws_fixtures import (  # noqa: F401  (fixtures, found by name
     moto,
     moto_url,
     placement_groups,
+    placement_scores,
     pricing,
     pricing_server,
     session,

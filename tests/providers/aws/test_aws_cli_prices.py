@@ -39,3 +39,35 @@ def test_prices_cli_lists_live_aws_offerings(moto, pricing, moto_prices, tmp_pat
         app, ["prices", "--cloud", "aws", "--gpu", "L4", "-o", "json", "-c", str(cfg)]
     )
     assert {r["gpu_model"] for r in json.loads(only.stdout)["offerings"]} == {"L4"}
+
+
+@pytest.mark.slow
+def test_prices_wide_shows_each_spot_pools_hazard_and_where_it_came_from(
+    moto, pricing, moto_prices, placement_scores, tmp_path
+):
+    from scheduler.cli.app import app
+    from tests.support.aws_fixtures import ec2_client
+
+    zones = {z["ZoneName"]: z["ZoneId"] for z in ec2_client(moto).describe_availability_zones()[
+        "AvailabilityZones"
+    ]}  # fmt: skip
+    placement_scores["scores"] = {zones["us-east-1a"]: 9}
+    cfg = write_config(tmp_path, moto, pricing.url)
+    result = CliRunner().invoke(app, ["prices", "--cloud", "aws", "-o", "wide", "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "HAZARD/H" in lines[0] and "FROM" in lines[0]
+    scored = [ln for ln in lines if "us-east-1a" in ln and " spot " in ln]
+    assert scored and all("aws score 9" in ln and "0.029" in ln for ln in scored)
+    other = [ln for ln in lines if "us-east-1b" in ln and " spot " in ln]
+    assert other and all("config prior" in ln for ln in other)
+    assert all("on-demand" in ln.split()[-1] for ln in lines[1:] if " on-demand " in ln)
+    doc = json.loads(
+        CliRunner().invoke(app, ["prices", "--cloud", "aws", "-o", "json", "-c", str(cfg)]).stdout
+    )
+    row = next(r for r in doc["offerings"] if r["zone"] == "us-east-1a" and r["market"] == "spot")
+    assert row["hazard_from"] == "aws score 9" and row["hazard_per_hour"] == pytest.approx(
+        0.0286, abs=1e-3
+    )
+    plain = CliRunner().invoke(app, ["prices", "--cloud", "aws", "-c", str(cfg)])
+    assert "HAZARD" not in plain.stdout  # the table keeps its columns

@@ -19,6 +19,7 @@ from providers.base import (
 from tests.support.aws_fixtures import (
     REGION,
     ec2_client,
+    eventbridge_rebalance,
     eventbridge_warning,
     launch_request,
     moto_instance,
@@ -216,3 +217,20 @@ def test_interruption_warning_from_sqs_sets_notice_at(make_provider, moto):
     end_as(a.id, "Server.SpotInstanceTermination")
     (ended,) = p.describe([a.ref])
     assert ended.end_reason is EndReason.INTERRUPTED
+
+
+@pytest.mark.slow
+def test_rebalance_recommendation_from_sqs_sets_early_signal_at(make_provider, moto):
+    sqs = boto3.client("sqs", region_name=REGION, endpoint_url=moto)
+    url = sqs.create_queue(QueueName="spot-interruptions")["QueueUrl"]
+    p = make_provider(prices=False, sqs_queue_url=url, sqs_endpoint_url=moto)
+    (a,) = p.launch(launch_request(token="a"))
+    early = datetime(2026, 11, 29, 11, 50, 0, tzinfo=UTC)
+    sqs.send_message(QueueUrl=url, MessageBody=eventbridge_rebalance(a.id, early))
+    (seen,) = p.describe([a.ref])
+    assert seen.early_signal_at == early and seen.notice_at is None
+    assert seen.state is InstanceState.RUNNING
+    when = datetime(2026, 11, 29, 12, 0, 5, tzinfo=UTC)
+    sqs.send_message(QueueUrl=url, MessageBody=eventbridge_warning(a.id, when))
+    (seen,) = p.describe([a.ref])
+    assert (seen.early_signal_at, seen.notice_at) == (early, when)

@@ -309,6 +309,11 @@ def test_notices_parsing():
     assert parse_message(sns) == ("i-2", when)
     assert parse_message("not json") is None
     assert parse_message('{"detail-type": "EC2 Instance Rebalance Recommendation"}') is None
+    from providers.aws.notices import REBALANCE, parse_event
+    from tests.support.aws_fixtures import eventbridge_rebalance
+
+    assert parse_event(eventbridge_rebalance("i-3", when)) == (REBALANCE, "i-3", when)
+    assert parse_message(eventbridge_rebalance("i-3", when)) is None  # not a warning
     assert queue_region("https://sqs.eu-west-1.amazonaws.com/123/q") == "eu-west-1"
     assert queue_region("http://127.0.0.1:5000/123/q") is None
 

@@ -66,6 +66,7 @@ def test_spot_insert_has_the_right_wire_fields(provider: GcpProvider, fake: Fake
     assert body["scheduling"] == {
         "provisioningModel": "SPOT", "instanceTerminationAction": "DELETE",
         "onHostMaintenance": "TERMINATE", "automaticRestart": False,
+        "preemptionNoticeDuration": {"seconds": "120"},
     }  # fmt: skip
     assert body["guestAccelerators"] == [
         {"acceleratorType": f"zones/{ZONE}/acceleratorTypes/nvidia-tesla-t4", "acceleratorCount": 1}
@@ -86,6 +87,7 @@ def test_spot_insert_has_the_right_wire_fields(provider: GcpProvider, fake: Fake
     script = items["startup-script"]
     assert "argv=( python train.py --lr 0.1 )" in script
     assert "export SPOTWISE_CLOUD=gcp" in script
+    assert "export SPOTWISE_NOTICE_SECONDS=150" in script  # the notice plus the 30 s window
     # A GPU VM: the Deep Learning VM installs its driver only when asked (SkyPilot's
     # gcp-ray.yml.j2 sets the same key), and the job waits for nvidia-smi.
     assert items["install-nvidia-driver"] == "True"
@@ -118,6 +120,19 @@ def test_dws_flex_start_for_on_demand(fake: FakeGcp) -> None:
     assert fake.requests("POST", r"/instances$")[-1][3]["scheduling"]["provisioningModel"] == "SPOT"
     with pytest.raises(ValueError):
         settings(fake, flex_start_max_run="30d")
+
+
+def test_preemption_notice_is_configurable(fake: FakeGcp) -> None:
+    from tests.support.gcp_harness import settings
+
+    p = GcpProvider(settings(fake, preemption_notice="0s"), owner="tests")
+    p.launch(_req())
+    _, body = _insert_body(fake)
+    assert "preemptionNoticeDuration" not in body["scheduling"]
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert "export SPOTWISE_NOTICE_SECONDS=30" in items["startup-script"]
+    with pytest.raises(ValueError):
+        settings(fake, preemption_notice="-5s")
 
 
 def test_configured_network_image_and_account(fake: FakeGcp) -> None:

@@ -26,8 +26,8 @@ from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.lifecycle import backoff_seconds
-from scheduler.core.states import JobState
-from scheduler.daemon.checkpoints import CheckpointStores, ProgressReader
+from scheduler.core.states import AttemptState, JobState
+from scheduler.daemon.checkpoints import CheckpointStores, ProgressReader, StoreError
 from scheduler.daemon.controllers.base import (
     LIVE,
     WRITE_BATCH,
@@ -36,6 +36,7 @@ from scheduler.daemon.controllers.base import (
     collections_paused,
     safe_message,
 )
+from scheduler.daemon.controllers.job import intervals, signals
 from scheduler.daemon.controllers.job.ends import AttemptEnds
 from scheduler.daemon.controllers.job.holds import BudgetHolds
 from scheduler.daemon.controllers.job.placing import Placement
@@ -125,6 +126,18 @@ class JobController:
         now = self.clock.now()
         live = snap.live.get(job.id)
         if live is not None:
+            if (
+                live.state is AttemptState.RUNNING
+                and live.stop_requested_at is None
+                and facts.spec_problem(job.spec_json) is None  # else it runs on, as it is
+            ):
+                try:
+                    progress = snap.progress.progress(job.id)
+                except StoreError:
+                    progress = None
+                intervals.follow(
+                    self.db, self.stores, self._config(), job, live, progress, facts, now
+                )
             update = self.running.update(job, live, snap.progress, facts, now)
             if update is not None:
                 writes.live.append(update)
@@ -153,6 +166,13 @@ class JobController:
             return
         if not self.placing or (fresh.not_before is not None and fresh.not_before > now):
             return
+        spec = facts.spec(fresh.spec_json)
+        if signals.may_be_over_duration(fresh, spec, now):
+            with self.db.read() as s:
+                over = signals.over_duration(s, fresh, spec, now)
+            if over:  # waiting past its cap: never launched again
+                self._finish(fresh.id, JobState.FAILED, over, now)
+                return
         self.placement.place(fresh, facts, now, writes)
 
     def _reread(self, job_id: str) -> Job | None:

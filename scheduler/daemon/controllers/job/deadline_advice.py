@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select
 
@@ -24,6 +24,9 @@ from scheduler.daemon.controllers.base import hours
 from scheduler.daemon.controllers.spend import unaccrued_usd
 from scheduler.state.models import Attempt, Job, PolicyState
 
+# A deadline job with checkpoint_interval = "auto" that has not launched yet: the hedge counts
+# the default fixed interval as at risk until placement picks the pool's own.
+AUTO_BEFORE_LAUNCH = timedelta(minutes=10)
 log = logging.getLogger("spotwise.reconcile")
 
 
@@ -94,7 +97,12 @@ def deadline_job(
         progress = min(1.0, job.progress_step / job.total_steps)
     assert job.deadline is not None and spec.gpu_hours is not None
     paid = job.cost_usd + (unaccrued_usd(live, now) if live is not None else 0.0)
-    interval = hours(spec.checkpoint_interval)
+    if isinstance(spec.checkpoint_interval, timedelta):
+        interval = hours(spec.checkpoint_interval)
+    elif live is not None and live.checkpoint_interval_s:  # "auto": what the attempt follows
+        interval = live.checkpoint_interval_s / 3600.0
+    else:  # "auto" before a launch chose one: the default a job file gets
+        interval = hours(AUTO_BEFORE_LAUNCH)
     # Work since the last checkpoint: at most one interval, and no more than the running
     # attempt has run (the daemon does not see the trainer's own saves).
     ran = hours(now - live.started_at) if live is not None and live.started_at else 0.0

@@ -20,6 +20,7 @@ from typing import Any
 from sqlmodel import Session
 
 from scheduler.core.config import Config
+from scheduler.core.jobspec import JobSpec
 from scheduler.core.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, next_state
 from scheduler.core.states import JobState
 from scheduler.daemon.checkpoints import ProgressReads
@@ -105,9 +106,12 @@ class AttemptEnds:
         assert last.end_reason is not None
         t = next_state(
             JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
-            LastAttempt(last.id, last.end_reason, last.pool, last.exit_code, last.detail),
-            Limits(cfg.max_attempts, cfg.max_preemptions),
-        )
+            LastAttempt(
+                last.id, last.end_reason, last.pool, last.exit_code, last.detail,
+                last.stop_reason,
+            ),
+            Limits(cfg.max_attempts, job_max_preemptions(job, cfg.max_preemptions)),
+        )  # fmt: skip
         job.settled_attempt = last.id
         job.recoveries += t.recoveries
         job.failures += t.failures
@@ -130,6 +134,15 @@ class AttemptEnds:
             emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=last.id, level=t.level)
         if job.state.terminal:
             self._forget(job.id)
+
+
+def job_max_preemptions(job: Job, default: int | None) -> int | None:
+    """The job file's `max_preemptions` where it sets one, else the daemon's."""
+    try:
+        own = JobSpec.model_validate_json(job.spec_json).max_preemptions
+    except ValueError:  # written by another version: the daemon's limit
+        return default
+    return default if own is None else own
 
 
 def final_progress(job: Job, reads: ProgressReads) -> dict[str, Any] | None:

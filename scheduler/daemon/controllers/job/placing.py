@@ -8,13 +8,15 @@ reserve (N x the price for a gang), so one pass never places more than a budget 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime
 
+from providers.base import Market
 from scheduler.core.config import Config
 from scheduler.core.deadline import DeadlinePlanner
 from scheduler.core.errors import clean
+from scheduler.core.jobspec import JobSpec
 from scheduler.core.placement import place
 from scheduler.core.states import JobState
 from scheduler.daemon.controllers.base import Db
@@ -39,6 +41,9 @@ class Placement:
         spec = facts.spec(job.spec_json)
         req = facts.requirements(spec)
         ctx = facts.placement_context(job, spec, now, self._config().policy.restart_overhead)
+        fallback = fallen_back(spec, facts.interrupted_at.get(job.id, ()), now)
+        if fallback:
+            ctx = replace(ctx, markets=frozenset({Market.ON_DEMAND}))
         if job.deadline is not None and spec.gpu_hours:
             with self.db.write() as s:
                 advice = advise(
@@ -66,8 +71,13 @@ class Placement:
             writes.explain(job, decision.reason, now)
             return
         o = decision.offering
-        shrunk = decision.reason if decision.nodes < req.nodes else ""
-        writes.intents.append(Intent(job.id, o, now, decision.nodes, shrunk))
+        note = decision.reason if decision.nodes < req.nodes else fallback
+        interval = None
+        if spec.auto_checkpoint:
+            rate = facts.rates.get(o.pool, self._config().policy.spot_interruption_prior)
+            spot = o.market is Market.SPOT
+            interval = spec.interval_at(rate if spot else 0.0).total_seconds()
+        writes.intents.append(Intent(job.id, o, now, decision.nodes, note, interval))
         # The next job in this pass sees the smaller headroom (the launch reserves its burn,
         # N x the price for a gang).
         facts.statuses = [
@@ -92,3 +102,15 @@ def every_provider_rejected(rejected: dict[str, str]) -> str:
     """The reason a job fails once every adequate provider rejected its request."""
     each = "; ".join(f"{name}: {why}" for name, why in sorted(rejected.items()))
     return clean(f"every adequate provider rejected the request ({each})", 900)
+
+
+def fallen_back(spec: JobSpec, interrupted_at: Iterable[datetime], now: datetime) -> str:
+    """Why the job now runs on on-demand (`fallback_after` interruptions within
+    `fallback_window`), or "" while spot is still allowed."""
+    if spec.fallback_after is None or spec.deadline is not None:
+        return ""
+    since = now - spec.fallback_window
+    n = sum(1 for t in interrupted_at if t > since)
+    if n < spec.fallback_after:
+        return ""
+    return f"on-demand after {n} interruptions within {spec.fallback_window} (fallback_after)"

@@ -27,6 +27,7 @@ from scheduler.core.placement import Requirements, expected_cost
 from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.checkpoints import ProgressReads, StoreError
 from scheduler.daemon.controllers.base import LIVE, hours
+from scheduler.daemon.controllers.job import signals
 from scheduler.daemon.controllers.job.deadline_advice import advise, deadline_job
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.job.writes import LiveUpdate
@@ -96,15 +97,21 @@ class RunningJobs:
             return False
         if job.step_failures:
             return False
+        if signals.news(a, progress):
+            return False
         if a.stop_requested_at is not None:
             return True
         if job.cancel_requested:
+            return False
+        if signals.may_be_over_duration(job, facts.spec(job.spec_json), now):
             return False
         if a.state is AttemptState.RUNNING and job.state is not JobState.RUNNING:
             return False
         if a.state is AttemptState.LAUNCHING and job.state is not JobState.LAUNCHING:
             return False
         if a.state is AttemptState.RUNNING and self._placing():
+            if signals.undecided(a):
+                return False
             spec = facts.spec(job.spec_json)
             if over_cap(spec, a, facts) is not None:
                 return False
@@ -127,6 +134,7 @@ class RunningJobs:
         if job_w is None or a_w is None or a_w.state not in LIVE:
             return
         record_progress(job_w, progress)
+        signals.record(s, job_w, a_w, progress, now)
         if job_w.step_failures:
             job_w.step_failures, job_w.last_error = 0, ""
         if job_w.cancel_requested and a_w.stop_requested_at is None:
@@ -141,6 +149,10 @@ class RunningJobs:
             )
         elif a_w.stop_requested_at is None and (problem := facts.spec_problem(job_w.spec_json)):
             self._hold(s, job_w, a_w, problem, now)
+        elif a_w.stop_requested_at is None and signals.stop_over_duration(
+            s, job_w, a_w, facts.spec(job_w.spec_json), now
+        ):
+            pass  # checkpointing and stopping: it fails once it has ended
         elif a_w.stop_requested_at is None:
             if a_w.state is AttemptState.RUNNING and job_w.state is not JobState.RUNNING:
                 job_w.state = JobState.RUNNING
@@ -154,7 +166,9 @@ class RunningJobs:
                 over = over_cap(spec, a_w, facts)
                 if over is not None:
                     self._leave_over_cap(s, job_w, a_w, over, now)
-                elif job_w.deadline is not None and spec.gpu_hours:
+                elif signals.undecided(a_w):
+                    signals.act(s, job_w, a_w, spec, facts, self._config(), now)
+                if a_w.stop_requested_at is None and job_w.deadline is not None and spec.gpu_hours:
                     self._follow_deadline_policy(s, job_w, a_w, facts, now)
                 if a_w.stop_requested_at is None and follows_prices(spec, a_w):
                     self._follow_prices(s, job_w, a_w, spec, facts, now)

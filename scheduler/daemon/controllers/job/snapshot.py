@@ -9,6 +9,8 @@ let go, every progress.json the pass needs, read as one concurrent batch.
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -19,10 +21,14 @@ from sqlmodel import Session, col, func, select
 
 from providers.base import Market
 from scheduler.core import budget as budgets
+from scheduler.core import early_signals
 from scheduler.core.catalog import Catalog
 from scheduler.core.config import Config
+from scheduler.core.hazard import AVOID_CAP_HOURS, avoid_hours, fused_rate
+from scheduler.core.hazard import PRIOR_HOURS as hazard_prior_hours
 from scheduler.core.jobspec import JobSpec, StoredSpecInvalid, load_stored
 from scheduler.core.placement import (
+    DEFAULT_SPOT_INTERRUPTION_RATE,
     Candidates,
     Decision,
     PlacementContext,
@@ -43,7 +49,7 @@ from scheduler.daemon.controllers.rows import CHUNK
 from scheduler.daemon.controllers.spend import SpendController
 from scheduler.state.models import Attempt, Job, PoolState
 
-PRIOR_HOURS = 10.0  # weight of the interruption prior, in hours of observed exposure
+PRIOR_HOURS = hazard_prior_hours  # weight of the interruption prior, in observed hours
 
 
 @dataclass
@@ -66,6 +72,11 @@ class PassFacts:
     rejected: dict[str, dict[str, str]] = field(default_factory=dict)
     provider_of_pool: Mapping[str, str] = field(default_factory=dict)
     _provider_pools: dict[str, frozenset[str]] = field(default_factory=dict)
+    # pool -> hours a job stays away after an interruption there, learned from the pool's
+    # outages (hazard.avoid_hours); pools not listed use [daemon] avoid_after_interrupt
+    avoid_hours: dict[str, float] = field(default_factory=dict)
+    # job id -> when each of its recent attempts was interrupted (fallback_after counts them)
+    interrupted_at: dict[str, list[datetime]] = field(default_factory=dict)
     memo: Candidates | None = None
     _requirements: dict[tuple[object, ...], Requirements] = field(default_factory=dict)
     _specs: dict[str, JobSpec | StoredSpecInvalid] = field(default_factory=dict)
@@ -167,7 +178,7 @@ class PassFacts:
             interruption_rate=self.rates,
             rate_by_row=self.rate_by_row,
             restart_overhead_hours=hours(restart_overhead),
-            lost_work_hours=hours(spec.checkpoint_interval) / 2,
+            lost_work_hours=hours(spec.interval_at(DEFAULT_SPOT_INTERRUPTION_RATE)) / 2,
             gang_capacity=self.gang_capacity,
         )
 
@@ -219,6 +230,7 @@ def read_facts(
     prior = cfg.policy.spot_interruption_prior
     unavailable: dict[str, datetime] = {}
     rates: dict[str, float] = {}
+    learned_avoid: dict[str, list[float]] = {}
     snap = catalog.current  # one snapshot for the whole pass, even if prices swap
     # What the provider can launch at once, narrowed by what a pool was seen to hold.
     gang_capacity: dict[str, tuple[int, str]] = dict(snap.request_limit)
@@ -229,12 +241,25 @@ def read_facts(
                 gang_capacity[p.pool] = (p.gang_capacity, p.gang_capacity_reason)
         if p.unavailable_until is not None and p.unavailable_until > now:
             unavailable[p.pool] = p.unavailable_until
-        if p.interruptions or p.exposure_hours:
-            rates[p.pool] = (p.interruptions + prior * PRIOR_HOURS) / (
-                p.exposure_hours + PRIOR_HOURS
-            )
+        if p.outage_hours and p.outage_hours != "[]":
+            learned_avoid[p.pool] = _outages(p.outage_hours)
+        if p.interruptions or p.exposure_hours or p.prior_rate is not None:
+            # the cloud's own risk data where it gave any, else the configured prior,
+            # updated with what the daemon observed in the pool
+            start = prior if p.prior_rate is None else p.prior_rate
+            rates[p.pool] = fused_rate(start, p.interruptions, p.exposure_hours, PRIOR_HOURS)
+    # A pool where an instance got an early signal lately is riskier for everyone, whether
+    # that instance is still there or the job moved (`early_signal_at` is indexed).
+    raised = signal_hazard(cfg.policy.early_signal_probability)
+    since = now - timedelta(hours=early_signals.SIGNAL_HORIZON_HOURS)
+    for pool in s.exec(
+        select(Attempt.pool).where(col(Attempt.early_signal_at) > since).distinct()
+    ).all():
+        rates[pool] = max(rates.get(pool, prior), raised)
     cat = snap.catalog
+    default_avoid = hours(cfg.daemon.avoid_after_interrupt)
     return PassFacts(
+        avoid_hours={p: avoid_hours(o, default_avoid) for p, o in learned_avoid.items()},
         now=now,
         unavailable=unavailable,
         rates=rates,
@@ -246,6 +271,30 @@ def read_facts(
         memo=Candidates(cat),
         provider_of_pool=snap.provider_of_pool,
     )
+
+
+def _fallback_hours(facts: PassFacts, job: Job) -> float:
+    """How far back `fallback_after` counts for this job (0 without it, or with a spec this
+    version cannot read: its own step reports that, the pass goes on)."""
+    try:
+        spec = facts.spec(job.spec_json)
+    except ValueError:
+        return 0.0
+    return hours(spec.fallback_window) if spec.fallback_after is not None else 0.0
+
+
+def _outages(text: str) -> list[float]:
+    try:
+        return [float(h) for h in json.loads(text)]
+    except (TypeError, ValueError):
+        return []
+
+
+def signal_hazard(probability: float) -> float:
+    """The hazard per hour that gives `probability` of an interruption over the signal's
+    horizon (scheduler.core.early_signals)."""
+    p = min(max(probability, 0.0), 0.999)
+    return -math.log(1.0 - p) / early_signals.SIGNAL_HORIZON_HOURS
 
 
 def _active(chunk: list[str] | None) -> sa.ColumnElement[bool]:
@@ -276,9 +325,14 @@ def read_snapshot(
     facts: PassFacts,
     avoid_after_interrupt: timedelta,
 ) -> Snapshot:
-    """The jobs' live and last attempts, and the pools each was recently interrupted
-    in: three queries per chunk of ids, none per job."""
-    recent = facts.now - avoid_after_interrupt
+    """The jobs' live and last attempts, the pools each was recently interrupted in (for
+    as long as that pool's learned avoid time, else `avoid_after_interrupt`), and when its
+    recent interruptions were (for `fallback_after`): three queries per chunk of ids, none
+    per job."""
+    default = hours(avoid_after_interrupt)
+    lookback = max([default, AVOID_CAP_HOURS] + [_fallback_hours(facts, j) for j in jobs])
+    recent = facts.now - timedelta(hours=lookback)
+    interrupted_at: dict[str, list[datetime]] = {}
     joined = col(Attempt.job_id) == col(Job.id)
     live: dict[str, Attempt] = {}
     last: dict[str, Attempt] = {}
@@ -304,16 +358,23 @@ def read_snapshot(
             )
         ).all():
             last[a.job_id] = a
-        for job_id, pool in s.exec(
-            select(Attempt.job_id, Attempt.pool)
+        for job_id, pool, ended_at, end_reason in s.exec(
+            select(Attempt.job_id, Attempt.pool, Attempt.ended_at, Attempt.end_reason)
             .join(Job, joined)
             .where(
                 active,
-                Attempt.end_reason == AttemptEnd.INTERRUPTED,
+                sa.or_(
+                    col(Attempt.end_reason) == AttemptEnd.INTERRUPTED,
+                    col(Attempt.stop_reason) == "rebalance",  # it left on an early signal
+                ),
                 col(Attempt.ended_at) > recent,
             )
         ).all():
-            avoid.setdefault(job_id, set()).add(pool)
+            assert ended_at is not None
+            if end_reason is AttemptEnd.INTERRUPTED:
+                interrupted_at.setdefault(job_id, []).append(ended_at)
+            if ended_at > facts.now - timedelta(hours=facts.avoid_hours.get(pool, default)):
+                avoid.setdefault(job_id, set()).add(pool)
         for job_id, provider, detail in s.exec(
             select(Attempt.job_id, Attempt.provider, Attempt.detail)
             .join(Job, joined)
@@ -323,4 +384,5 @@ def read_snapshot(
             rejected.setdefault(job_id, {})[provider] = detail or "rejected"
     facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
     facts.rejected = rejected
+    facts.interrupted_at = interrupted_at
     return Snapshot(jobs, live, last)

@@ -42,7 +42,8 @@ class Intent:
     offering: Offering
     at: datetime
     nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
-    shrunk: str = ""  # why, when it did
+    note: str = ""  # why it is not the plain choice (a gang shrank, on-demand after fallback)
+    checkpoint_interval_s: float | None = None  # "auto" checkpointing: the first interval
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,8 +218,8 @@ class DecisionWriter:
         attempt_id = f"{job.id}-a{number}"
         gang = f"{it.nodes} x " if it.nodes > 1 else ""
         reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
-        if it.shrunk:
-            reason += f" ({it.shrunk})"
+        if it.note:
+            reason += f" ({it.note})"
         attempt = {
             "id": attempt_id,
             "job_id": job.id,
@@ -233,6 +234,7 @@ class DecisionWriter:
             "pool": o.pool,
             "price_per_hour": o.price_per_hour,
             "billed_price": o.price_per_hour,
+            "checkpoint_interval_s": it.checkpoint_interval_s,
             "gpu_count": o.gpu_count,
             "nodes": it.nodes,
             "state": AttemptState.LAUNCHING,

@@ -82,6 +82,7 @@ _LAUNCH_COLUMNS = (
     "stop_requested_at",
     "launch_requested_at",
     "created_at",
+    "checkpoint_interval_s",
 )
 
 

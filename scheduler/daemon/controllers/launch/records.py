@@ -37,6 +37,7 @@ from scheduler.daemon.controllers.base import (
     Result,
     job_running,
     mark_unavailable,
+    pools_up,
     safe_message,
 )
 from scheduler.daemon.controllers.gang import (
@@ -323,6 +324,7 @@ def record_launched(
     nodes: list[dict[str, Any]] = []
     attempts: list[dict[str, Any]] = []
     running: list[dict[str, Any]] = []
+    up: list[str] = []  # pools an attempt now runs in
     out: dict[str, LaunchOutcome] = {}
     for aid in ids:
         a = rows.get(aid)
@@ -349,6 +351,7 @@ def record_launched(
             running.append(
                 {"b_id": a.job_id, "reason": f"on {a.pool} at ${a.price_per_hour:.2f}/h"}
             )
+            up.append(a.pool)
         what = f"{inst.id} on {a.pool} ({a.market})"
         events.append(event(now, "launched", what, job_id=a.job_id, attempt_id=aid))
         out[aid] = LaunchOutcome(aid, launched=True)
@@ -368,6 +371,7 @@ def record_launched(
             attempts,
         )
     if running:
+        pools_up(s, up, now)  # outages that ended with these runs
         s.execute(
             sa.update(jt)
             .where(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from providers.base import (
@@ -33,7 +34,6 @@ from scheduler.daemon.checkpoints import CheckpointStores
 from scheduler.daemon.controllers.base import CatalogHolder
 from scheduler.state.models import Job
 from trainer import contract, rendezvous
-from trainer.config import ENV_CHECKPOINT_INTERVAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +117,14 @@ class LaunchRequests:
                 contract.ENV_CHECKPOINT_URI: job.checkpoint_uri,
                 contract.ENV_CLOUD: a.cloud,
                 contract.ENV_NNODES: str(a.nodes),
-                # The job file's checkpoint_interval, which the bundled trainer honours.
-                ENV_CHECKPOINT_INTERVAL: f"{spec.checkpoint_interval.total_seconds():g}",
             }
         )
+        # The job's checkpoint interval, which the bundled trainer honours: the job file's,
+        # or for "auto" the first one placement chose (then the store's document).
+        if isinstance(spec.checkpoint_interval, timedelta):
+            env[contract.ENV_CHECKPOINT_INTERVAL] = f"{spec.checkpoint_interval.total_seconds():g}"
+        elif first := getattr(a, "checkpoint_interval_s", None):
+            env[contract.ENV_CHECKPOINT_INTERVAL] = f"{first:.0f}"
         caps = provider.capabilities
         tags = {
             TAG_JOB: caps.label(job.id),

@@ -1,6 +1,6 @@
 """install id, clock reading, provider observations, budget running totals, foreign leaks
 
-Revision ID: 0008
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-20 09:00:00.000000
 
@@ -23,7 +23,7 @@ from alembic import op
 
 import scheduler.state.models
 
-revision = "0008"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None

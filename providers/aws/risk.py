@@ -1,0 +1,98 @@
+"""Spot placement scores (GetSpotPlacementScores): AWS's own 1-10 word on each zone's spot
+capacity, read behind a cache that respects the API's limits.
+
+A score asked for one or two instance types "will always be low" (the API reference, on
+InstanceTypes), so one call per region asks for the region's spot GPU types together
+(SingleAvailabilityZone: a score per zone) and every spot pool of a zone takes its zone's
+score: a zone-level prior, not a per-type one. The API answers per Availability Zone *id*
+("use1-az1"), which names a different zone in every account, so ids are resolved with
+DescribeAvailabilityZones (cached). AWS limits how many distinct configurations an account
+may ask about in 24 hours, so a region is asked at most once per RISK_REFRESH and at most
+RISK_CALLS_PER_POLL regions per poll; a refused or failed call leaves the region unscored
+(its pools keep the configured prior) until RISK_REFRESH has passed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from providers.aws.ttl import RISK_CALLS_PER_POLL, RISK_REFRESH
+from providers.base import Market, Offering, RiskKind, RiskSignal, pool_key
+
+# Instance types per call: enough for a region's GPU families, bounded so one request stays
+# one configuration.
+MAX_TYPES = 50
+
+
+class PlacementScores:
+    def __init__(
+        self,
+        ec2: Callable[[str], Any],
+        now: Callable[[], datetime],
+        emit: Callable[[str], None],
+    ) -> None:
+        self._ec2 = ec2
+        self._now = now
+        self._emit = emit
+        # region -> (asked at, zone name -> score)
+        self._scores: dict[str, tuple[datetime, dict[str, float]]] = {}
+        self._zone_names: dict[str, dict[str, str]] = {}  # region -> zone id -> zone name
+
+    def _zones(self, region: str) -> dict[str, str]:
+        names = self._zone_names.get(region)
+        if names is None:
+            resp = self._ec2(region).describe_availability_zones()
+            names = {z["ZoneId"]: z["ZoneName"] for z in resp.get("AvailabilityZones", [])}
+            self._zone_names[region] = names
+        return names
+
+    def _ask(self, region: str, types: list[str]) -> dict[str, float]:
+        resp = self._ec2(region).get_spot_placement_scores(
+            InstanceTypes=types[:MAX_TYPES],
+            TargetCapacity=1,
+            TargetCapacityUnitType="units",
+            SingleAvailabilityZone=True,
+            RegionNames=[region],
+        )
+        names = self._zones(region)
+        out: dict[str, float] = {}
+        for item in resp.get("SpotPlacementScores", []):
+            zone = names.get(item.get("AvailabilityZoneId", ""))
+            score = item.get("Score")
+            if zone and isinstance(score, int | float):
+                out[zone] = float(score)
+        return out
+
+    def signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        """A score for every spot offering whose zone has one, asking AWS only for regions
+        not asked within RISK_REFRESH."""
+        now = self._now()
+        types: dict[str, set[str]] = {}
+        for o in offerings:
+            if o.market is Market.SPOT:
+                types.setdefault(o.region, set()).add(o.instance_type)
+        asked = 0
+        for region in sorted(types):
+            hit = self._scores.get(region)
+            if hit is not None and now - hit[0] < RISK_REFRESH:
+                continue
+            if asked >= RISK_CALLS_PER_POLL:
+                break
+            asked += 1
+            try:
+                scores = self._ask(region, sorted(types[region]))
+            except Exception as exc:  # botocore's: the pools keep the configured prior
+                self._emit(f"aws: no spot placement scores in {region}: {exc}")
+                scores = {}
+            self._scores[region] = (now, scores)
+        out = []
+        for o in offerings:
+            if o.market is not Market.SPOT:
+                continue
+            score = self._scores.get(o.region, (now, {}))[1].get(o.zone)
+            if score is not None:
+                pool = pool_key(o.cloud, o.zone, o.instance_type, o.market)
+                out.append(RiskSignal(pool, RiskKind.AWS_PLACEMENT_SCORE, score))
+        return out

@@ -1,0 +1,98 @@
+"""Azure Spot placement scores: Azure's High / Medium / Low word on a size's spot capacity
+per availability zone, read behind a cache that respects the API's throttling.
+
+`POST /subscriptions/{id}/providers/Microsoft.Compute/locations/{location}/placementScores/
+spot/generate` with `desiredLocations`, `desiredSizes` (`sku`), `desiredCount` and
+`availabilityZones: true` answers `placementScores` rows of `sku`, `region`,
+`availabilityZone`, `score` and `isQuotaAvailable` (Azure Compute REST reference, "Spot
+Placement Scores - Post", its example). The installed azure-mgmt-compute has no operation for
+it, so it goes through the client's own pipeline (`send_request`: the same credential,
+retries and timeouts as every other call). A score other than High, Medium or Low
+("DataNotFoundOrStale", ...) or a refused call leaves the pool unscored; the eviction-rate
+band (Resource Graph's SpotResources) is not read yet.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from providers.azure.offerings import zone_name
+from providers.azure.ttl import RISK_CALLS_PER_POLL, RISK_REFRESH
+from providers.base import Market, Offering, RiskKind, RiskSignal, pool_key
+
+API_VERSION = "2025-06-05"
+SCORES = ("High", "Medium", "Low")
+
+
+class PlacementScores:
+    def __init__(
+        self,
+        client: Callable[[], Any],
+        subscription: str,
+        now: Callable[[], datetime],
+        emit: Callable[[str], None],
+    ) -> None:
+        self._client = client
+        self._subscription = subscription
+        self._now = now
+        self._emit = emit
+        # (location, size) -> (asked at, zone name -> score)
+        self._scores: dict[tuple[str, str], tuple[datetime, dict[str, str]]] = {}
+
+    def _ask(self, location: str, size: str) -> dict[str, str]:
+        from azure.core.rest import HttpRequest
+
+        url = (
+            f"/subscriptions/{self._subscription}/providers/Microsoft.Compute/locations/"
+            f"{location}/placementScores/spot/generate?api-version={API_VERSION}"
+        )
+        body = {
+            "desiredLocations": [location],
+            "desiredSizes": [{"sku": size}],
+            "desiredCount": 1,
+            "availabilityZones": True,
+        }
+        resp = self._client().send_request(HttpRequest("POST", url, json=body))
+        resp.raise_for_status()
+        out: dict[str, str] = {}
+        for row in json.loads(resp.text() or "{}").get("placementScores") or []:
+            if str(row.get("sku", "")).lower() != size.lower():
+                continue
+            score = str(row.get("score", ""))
+            if score in SCORES:
+                out[
+                    zone_name(
+                        str(row.get("region", location)), str(row.get("availabilityZone") or "")
+                    )
+                ] = score
+        return out
+
+    def signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
+        now = self._now()
+        pairs = sorted({(o.region, o.instance_type) for o in offerings if o.market is Market.SPOT})
+        asked = 0
+        for pair in pairs:
+            hit = self._scores.get(pair)
+            if hit is not None and now - hit[0] < RISK_REFRESH:
+                continue
+            if asked >= RISK_CALLS_PER_POLL:
+                break
+            asked += 1
+            try:
+                scores = self._ask(*pair)
+            except Exception as exc:  # azure-core's: the pools keep the configured prior
+                self._emit(f"azure: no spot placement scores for {pair[1]} in {pair[0]}: {exc}")
+                scores = {}
+            self._scores[pair] = (now, scores)
+        out = []
+        for o in offerings:
+            if o.market is not Market.SPOT:
+                continue
+            score = self._scores.get((o.region, o.instance_type), (now, {}))[1].get(o.zone)
+            if score is not None:
+                pool = pool_key(o.cloud, o.zone, o.instance_type, o.market)
+                out.append(RiskSignal(pool, RiskKind.AZURE_PLACEMENT_SCORE, 0.0, score))
+        return out
