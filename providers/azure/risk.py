@@ -55,7 +55,14 @@ class PlacementScores:
             "desiredCount": 1,
             "availabilityZones": True,
         }
-        resp = self._client().send_request(HttpRequest("POST", url, json=body))
+        client = self._client()
+        request = HttpRequest("POST", url, json=body)
+        if hasattr(client, "send_request"):
+            resp = client.send_request(request)
+        else:  # azure-mgmt-compute's multi-API client (33 to 34) has only its pipeline's
+            pipeline = client._client
+            request.url = pipeline.format_url(request.url)
+            resp = pipeline.send_request(request)
         resp.raise_for_status()
         out: dict[str, str] = {}
         for row in json.loads(resp.text() or "{}").get("placementScores") or []:
