@@ -20,6 +20,7 @@ from typing import Any
 
 from providers.aws.ttl import RISK_CALLS_PER_POLL, RISK_REFRESH
 from providers.base import Market, Offering, RiskKind, RiskSignal, pool_key
+from providers.risk_cache import RiskAnswers
 
 # Instance types per call: enough for a region's GPU families, bounded so one request stays
 # one configuration.
@@ -34,10 +35,10 @@ class PlacementScores:
         emit: Callable[[str], None],
     ) -> None:
         self._ec2 = ec2
-        self._now = now
-        self._emit = emit
-        # region -> (asked at, zone name -> score)
-        self._scores: dict[str, tuple[datetime, dict[str, float]]] = {}
+        # region -> zone name -> score
+        self._scores: RiskAnswers[str, dict[str, float]] = RiskAnswers(
+            RISK_REFRESH, RISK_CALLS_PER_POLL, now, emit
+        )
         self._zone_names: dict[str, dict[str, str]] = {}  # region -> zone id -> zone name
 
     def _zones(self, region: str) -> dict[str, str]:
@@ -66,32 +67,20 @@ class PlacementScores:
         return out
 
     def signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
-        """A score for every spot offering whose zone has one, asking AWS only for regions
+        """One signal per spot offering whose zone has a score; each region asked if it was
         not asked within RISK_REFRESH."""
-        now = self._now()
+        spot = [o for o in offerings if o.market is Market.SPOT]
         types: dict[str, set[str]] = {}
-        for o in offerings:
-            if o.market is Market.SPOT:
-                types.setdefault(o.region, set()).add(o.instance_type)
-        asked = 0
-        for region in sorted(types):
-            hit = self._scores.get(region)
-            if hit is not None and now - hit[0] < RISK_REFRESH:
-                continue
-            if asked >= RISK_CALLS_PER_POLL:
-                break
-            asked += 1
-            try:
-                scores = self._ask(region, sorted(types[region]))
-            except Exception as exc:  # botocore's: the pools keep the configured prior
-                self._emit(f"aws: no spot placement scores in {region}: {exc}")
-                scores = {}
-            self._scores[region] = (now, scores)
+        for o in spot:
+            types.setdefault(o.region, set()).add(o.instance_type)
+        self._scores.refresh(
+            sorted(types),
+            lambda region: self._ask(region, sorted(types[region])),
+            lambda region, exc: f"aws: no spot placement scores in {region}: {exc}",
+        )
         out = []
-        for o in offerings:
-            if o.market is not Market.SPOT:
-                continue
-            score = self._scores.get(o.region, (now, {}))[1].get(o.zone)
+        for o in spot:
+            score = (self._scores.get(o.region) or {}).get(o.zone)
             if score is not None:
                 pool = pool_key(o.cloud, o.zone, o.instance_type, o.market)
                 out.append(RiskSignal(pool, RiskKind.AWS_PLACEMENT_SCORE, score))

@@ -22,6 +22,7 @@ from typing import Any
 from providers.azure.offerings import zone_name
 from providers.azure.ttl import RISK_CALLS_PER_POLL, RISK_REFRESH
 from providers.base import Market, Offering, RiskKind, RiskSignal, pool_key
+from providers.risk_cache import RiskAnswers
 
 API_VERSION = "2025-06-05"
 SCORES = ("High", "Medium", "Low")
@@ -37,10 +38,10 @@ class PlacementScores:
     ) -> None:
         self._client = client
         self._subscription = subscription
-        self._now = now
-        self._emit = emit
-        # (location, size) -> (asked at, zone name -> score)
-        self._scores: dict[tuple[str, str], tuple[datetime, dict[str, str]]] = {}
+        # (location, size) -> zone name -> score
+        self._scores: RiskAnswers[tuple[str, str], dict[str, str]] = RiskAnswers(
+            RISK_REFRESH, RISK_CALLS_PER_POLL, now, emit
+        )
 
     def _ask(self, location: str, size: str) -> dict[str, str]:
         from azure.core.rest import HttpRequest
@@ -78,27 +79,15 @@ class PlacementScores:
         return out
 
     def signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
-        now = self._now()
-        pairs = sorted({(o.region, o.instance_type) for o in offerings if o.market is Market.SPOT})
-        asked = 0
-        for pair in pairs:
-            hit = self._scores.get(pair)
-            if hit is not None and now - hit[0] < RISK_REFRESH:
-                continue
-            if asked >= RISK_CALLS_PER_POLL:
-                break
-            asked += 1
-            try:
-                scores = self._ask(*pair)
-            except Exception as exc:  # azure-core's: the pools keep the configured prior
-                self._emit(f"azure: no spot placement scores for {pair[1]} in {pair[0]}: {exc}")
-                scores = {}
-            self._scores[pair] = (now, scores)
+        spot = [o for o in offerings if o.market is Market.SPOT]
+        self._scores.refresh(
+            sorted({(o.region, o.instance_type) for o in spot}),
+            lambda pair: self._ask(*pair),
+            lambda pair, exc: f"azure: no spot placement scores for {pair[1]} in {pair[0]}: {exc}",
+        )
         out = []
-        for o in offerings:
-            if o.market is not Market.SPOT:
-                continue
-            score = self._scores.get((o.region, o.instance_type), (now, {}))[1].get(o.zone)
+        for o in spot:
+            score = (self._scores.get((o.region, o.instance_type)) or {}).get(o.zone)
             if score is not None:
                 pool = pool_key(o.cloud, o.zone, o.instance_type, o.market)
                 out.append(RiskSignal(pool, RiskKind.AZURE_PLACEMENT_SCORE, 0.0, score))

@@ -22,6 +22,7 @@ from providers.base import Market, Offering, RiskKind, RiskSignal
 from providers.gcp.price_sheet import parse_shape
 from providers.gcp.settings import region_of_zone
 from providers.gcp.ttl import RISK_CALLS_PER_POLL, RISK_REFRESH
+from providers.risk_cache import RiskAnswers
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd])\s*$")
 _HOURS = {"s": 1 / 3600, "m": 1 / 60, "h": 1.0, "d": 24.0}
@@ -44,10 +45,11 @@ class CapacityAdvice:
     ) -> None:
         self._client = client
         self._project = project
-        self._now = now
-        self._emit = emit
         self._timeout = timeout
-        self._hours: dict[tuple[str, str], tuple[datetime, float | None]] = {}
+        # (zone, machine shape) -> estimated uptime in hours (None: GCE gave none)
+        self._hours: RiskAnswers[tuple[str, str], float | None] = RiskAnswers(
+            RISK_REFRESH, RISK_CALLS_PER_POLL, now, emit
+        )
 
     def _ask(self, zone: str, shape: str) -> float | None:
         from google.cloud import compute_v1
@@ -91,24 +93,15 @@ class CapacityAdvice:
         return None
 
     def signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
-        now = self._now()
-        asked = 0
+        spot = [o for o in offerings if o.market is Market.SPOT]
+        self._hours.refresh(
+            sorted({(o.zone, o.instance_type) for o in spot}),
+            lambda key: self._ask(*key),
+            lambda key, exc: f"gcp: no capacity advice for {key[1]} in {key[0]}: {exc}",
+        )
         out = []
-        for o in sorted(offerings, key=lambda o: (o.zone, o.instance_type)):
-            if o.market is not Market.SPOT:
-                continue
-            key = (o.zone, o.instance_type)
-            hit = self._hours.get(key)
-            if hit is None or now - hit[0] >= RISK_REFRESH:
-                if asked >= RISK_CALLS_PER_POLL:
-                    continue
-                asked += 1
-                try:
-                    hours = self._ask(*key)
-                except Exception as exc:  # google-api-core's: the pool keeps the prior
-                    self._emit(f"gcp: no capacity advice for {o.instance_type} in {o.zone}: {exc}")
-                    hours = None
-                hit = self._hours[key] = (now, hours)
-            if hit[1] is not None:
-                out.append(RiskSignal(o.pool, RiskKind.GCP_ESTIMATED_UPTIME, hit[1]))
+        for o in spot:
+            hours = self._hours.get((o.zone, o.instance_type))
+            if hours is not None:
+                out.append(RiskSignal(o.pool, RiskKind.GCP_ESTIMATED_UPTIME, hours))
         return out

@@ -32,8 +32,8 @@ import numpy as np
 from providers.base import RiskKind, RiskSignal
 from scheduler.core import hazard
 from scheduler.core.checkpointing import young_daly
-from scheduler.core.policy.base import ON_DEMAND, SPOT, WAIT, Action, Observation, Policy
-from scheduler.core.policy.safety import can_wait, price_filtered, spot_is_safe
+from scheduler.core.policy.base import Observation, Policy
+from scheduler.core.policy.basic import GreedyPolicy
 from scheduler.lab.replay.sim import Job, Outcome, simulate
 from scheduler.lab.replay.split import Period, Split, periods
 from scheduler.lab.replay.trace import Trace
@@ -79,7 +79,7 @@ def _score_for(rate: float) -> int:
     return best
 
 
-class ExpectedCostGreedy(Policy):
+class ExpectedCostGreedy(GreedyPolicy):
     """Greedy (spot while it can, on-demand once slack runs out), choosing among available
     zones by placement's expected cost, price x (1 + rate x loss per interruption), with
     each zone's rate its prior fused with what this job saw (no history before it)."""
@@ -111,27 +111,14 @@ class ExpectedCostGreedy(Policy):
         prior = self.priors.get(zone, DEFAULT_RATE)
         return hazard.fused_rate(prior, self.losses.get(zone, 0), self.up.get(zone, 0.0))
 
-    def decide(self, obs: Observation) -> Action:
-        obs = price_filtered(obs)
-        if obs.on_demand:
-            return ON_DEMAND
-        cur = obs.on_spot
-        if cur is not None and obs.spot_available.get(cur, False):
-            if spot_is_safe(obs, cur) or obs.slack_if_launch < 0:
-                return SPOT(cur)
-            return ON_DEMAND
-        zones = obs.available_zones()
+    def choose_zone(self, obs: Observation) -> str | None:
+        """The available zone with the lowest price x (1 + rate x loss per interruption)."""
         loss = obs.expected_loss_per_interruption
-        zone = min(
-            zones,
+        return min(
+            obs.available_zones(),
             key=lambda z: (obs.spot_price.get(z, math.inf) * (1 + self.rate(z) * loss), z),
             default=None,
         )
-        if zone is not None and spot_is_safe(obs, zone):
-            return SPOT(zone)
-        if not can_wait(obs) or zone is not None:
-            return ON_DEMAND
-        return WAIT
 
 
 @dataclass
@@ -233,6 +220,4 @@ def interval_bench(split: Split = Split.TEST) -> list[Summary]:
 
 
 def _greedy() -> Policy:
-    from scheduler.core.policy.basic import GreedyPolicy
-
     return GreedyPolicy()

@@ -33,9 +33,13 @@ class GreedyPolicy(Policy):
             if spot_is_safe(obs, cur) or obs.slack_if_launch < 0:
                 return SPOT(cur)
             return ON_DEMAND
-        zone = obs.cheapest_available()
+        zone = self.choose_zone(obs)
         if zone is not None and spot_is_safe(obs, zone):
             return SPOT(zone)
         if not can_wait(obs) or zone is not None:
             return ON_DEMAND
         return WAIT
+
+    def choose_zone(self, obs: Observation) -> str | None:
+        """The spot zone to launch in when not on spot: the cheapest available."""
+        return obs.cheapest_available()

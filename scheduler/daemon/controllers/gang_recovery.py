@@ -363,16 +363,7 @@ class GangRecovery:
     def _abandon(self, s: Session, a: Attempt, gr: GangRound, why: str, now: datetime) -> None:
         """Give the round up: its replacements that never reached the cloud are dropped (no
         instance, no cost), and the gang is stopped to be re-placed whole."""
-        gr.state, gr.ended_at, gr.detail = ABANDONED, now, why[:500]
-        s.add(gr)
-        for r in s.exec(
-            select(AttemptInstance).where(
-                AttemptInstance.attempt_id == a.id,
-                AttemptInstance.round == gr.round,
-                col(AttemptInstance.instance_id).is_(None),
-            )
-        ).all():
-            s.delete(r)
+        _close_round(s, a, gr, why, now)
         if a.state in LIVE and a.stop_requested_at is None:
             request_stop(s, a, PEER_STOP, now)
         emit(
@@ -521,17 +512,9 @@ class GangRecovery:
         if gr is None or a is None or gr.state != REPLACING:
             return
         if a.state not in LIVE or a.stop_requested_at is not None:
-            why = f"the attempt is {'stopping' if a.state in LIVE else 'over'}"
-            gr.state, gr.ended_at, gr.detail = ABANDONED, now, why
-            s.add(gr)
-            for r in s.exec(
-                select(AttemptInstance).where(
-                    AttemptInstance.attempt_id == a.id,
-                    AttemptInstance.round == gr.round,
-                    col(AttemptInstance.instance_id).is_(None),
-                )
-            ).all():
-                s.delete(r)
+            _close_round(
+                s, a, gr, f"the attempt is {'stopping' if a.state in LIVE else 'over'}", now
+            )
             return
         err = written.get(gr.id)
         if gr.id in written:
@@ -662,3 +645,18 @@ def _what(r: AttemptInstance) -> str:
 
 
 __all__ = ["GangRecovery", "replacement_token"]
+
+
+def _close_round(s: Session, a: Attempt, gr: GangRound, why: str, now: datetime) -> None:
+    """End a replacement round unfinished: its replacements that never reached the cloud are
+    dropped (no instance, no cost)."""
+    gr.state, gr.ended_at, gr.detail = ABANDONED, now, why[:500]
+    s.add(gr)
+    for r in s.exec(
+        select(AttemptInstance).where(
+            AttemptInstance.attempt_id == a.id,
+            AttemptInstance.round == gr.round,
+            col(AttemptInstance.instance_id).is_(None),
+        )
+    ).all():
+        s.delete(r)
