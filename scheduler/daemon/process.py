@@ -129,7 +129,6 @@ class Daemon:
         d = self.config.daemon
         url = d.resolved_database_url()
         self._lost = threading.Event()
-        self._gone: str | None = None
         self._db_file: Path | None = None
         self._db_identity: tuple[int, int] | None = None
         self.lock: StateLock | None = None
@@ -476,14 +475,18 @@ class Daemon:
                 self.reload()
             if time.monotonic() - checked >= DATABASE_CHECK_SECONDS:
                 checked = time.monotonic()
-                self._gone = self._database_gone()
-                if self._gone is not None:
-                    # Writing on would go to an unlinked file no command reads: stop, and
-                    # let systemd start a daemon on the file at the path.
-                    log.error("%s while the daemon ran; stopping (exit %d)",
-                              self._gone, EXIT_DATABASE_GONE)  # fmt: skip
-                    self.reconciler.placing = False
-                    break
+                gone = self._database_gone()
+                if gone is not None:
+                    # Nothing may touch that database again: writing on would go to an
+                    # unlinked file no command reads, or (replaced) into another database,
+                    # and a new SQLite connection there resets the WAL index the open ones
+                    # have mapped (SIGBUS). Exit at once, as a kill would (every cloud call
+                    # has its intent written first), and let systemd start a daemon on the
+                    # file at the path.
+                    log.error("%s while the daemon ran; stopping at once (exit %d)",
+                              gone, EXIT_DATABASE_GONE)  # fmt: skip
+                    logging.shutdown()
+                    os._exit(EXIT_DATABASE_GONE)
             # WATCHDOG follows the loop's liveness: a pass finished recently, or the pass
             # now running is within its bound (pass_bound: every cloud call has a deadline,
             # so a live loop finishes each pass within it; a slow cloud is not a hang).
@@ -492,12 +495,12 @@ class Daemon:
         systemd.notify("STOPPING=1")
         log.info("stopping: no new placements; waiting for in-flight calls")
         self.reconciler.placing = False
-        self._stop.set()  # the loop may have ended without it (the database gone)
+        self._stop.set()
         self.reconciler.budget_stops.wake()  # it sees _stop and returns
         webhooks.stop()
         self._scheduler.shutdown(wait=True)
         budget_stops.join(timeout=self.config.daemon.call_timeout.total_seconds() + 5)
-        if not self._lost.is_set() and self._gone is None:
+        if not self._lost.is_set():
             # The pass that saw an instance end had accrued to its own start, past the end;
             # the next accrual refunds that. Run it now, or a stopped daemon reports (and
             # budgets count) spend up to that pass instead of up to the end.
@@ -513,12 +516,10 @@ class Daemon:
                 return EXIT_LEASE_LOST
             self.lease.release()  # after in-flight work: a standby may take over at once
             self.lease.close()
-        if self.record is not None and self._gone is None:
+        if self.record is not None:
             self.record.release()
         if self.lock is not None:
             self.lock.release()
-        if self._gone is not None:
-            return EXIT_DATABASE_GONE
         log.info("stopped")
         return 0
 
