@@ -47,14 +47,14 @@ def _job(tmp: Path, name: str, metrics: Path, extra: str = "") -> Path:
 
 
 def _interrupt_node_1(sw: Spotwise, job_id: str) -> dict:
-    row = sw.wait_job(
-        job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 3, 180
-    )
+    """Interrupts node 1 once the gang is running and past step 3; returns the attempt as
+    `show` printed it just before (the gang is placed by then, unlike right after submit)."""
+    sw.wait_job(job_id, lambda r: r["state"] == "RUNNING" and (r["progress_step"] or 0) >= 3, 180)
     attempt = sw.cli("show", job_id)["attempts"][-1]
     assert [n["node"] for n in attempt["instances"]] == [0, 1]
     market = LocalMarket(LocalSettings(state_dir=sw.home / "market", speedup=1))
     assert market.interrupt(attempt["instances"][1]["instance_id"])
-    return row
+    return attempt
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +129,7 @@ def test_a_two_node_gang_replaces_the_lost_node_keeps_the_other_and_resumes_exac
     sw.start()
     try:
         job_id = sw.cli("submit", str(_job(tmp_path, "replace", metrics)))["id"]
-        before = sw.cli("show", job_id)
-        _interrupt_node_1(sw, job_id)
+        before = _interrupt_node_1(sw, job_id)
         row = sw.wait_job(job_id, lambda r: r["state"] in ("SUCCEEDED", "FAILED"), timeout=240)
         shown = sw.cli("show", job_id)
         events = sw.cli("events", "--job", job_id)["events"]
@@ -143,7 +142,7 @@ def test_a_two_node_gang_replaces_the_lost_node_keeps_the_other_and_resumes_exac
     got = [(n["node"], n["round"]) for n in only["instances"]]
     assert got == [(0, 0), (1, 0), (1, 1)], got
     node0 = only["instances"][0]["instance_id"]
-    assert node0 == before["attempts"][0]["instances"][0]["instance_id"]  # kept, never stopped
+    assert node0 == before["instances"][0]["instance_id"]  # kept, never stopped
     kinds = [e["kind"] for e in events]
     assert "gang_replace" in kinds and "gang_resumed" in kinds and "gang_stop" not in kinds
     assert only["cost_usd"] == pytest.approx(
