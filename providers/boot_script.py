@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from providers.base import LaunchRejected
 from trainer.contract import (
     ENV_ATTEMPT,
     ENV_AZURE_ACCOUNT,
@@ -157,6 +156,14 @@ mkdir -p "$state" "$logdir"
 )
 
 
+def _rejected(text: str) -> Exception:
+    """LaunchRejected, imported when raised: `show` and `logs` import this module (through
+    each cloud's OUTPUT facts) and need none of the provider contract."""
+    from providers.base import LaunchRejected
+
+    return LaunchRejected(text)
+
+
 def build(
     parts: BootParts,
     command: Sequence[str],
@@ -171,11 +178,11 @@ def build(
     nvidia-smi answers (gpu_wait)."""
     cloud = parts.cloud
     if not command:
-        raise LaunchRejected(f"{cloud} launch: the job command is empty")
+        raise _rejected(f"{cloud} launch: the job command is empty")
     bad = [k for k in env if not _ENV_NAME.match(k)]
     if bad:
         names = ", ".join(json.dumps(k) for k in bad)
-        raise LaunchRejected(f"{cloud} launch: invalid environment variable name(s): {names}")
+        raise _rejected(f"{cloud} launch: invalid environment variable name(s): {names}")
     record, has_record = record_lines(env, cloud, parts.record_attempts, parts.record_retry_delay_s)
     wait, gate = gpu_wait(gpu_wait_s)
     script = _TEMPLATE.format(
@@ -198,7 +205,7 @@ def build(
     )
     size = len(script.encode())
     if size > parts.max_bytes:
-        raise LaunchRejected(
+        raise _rejected(
             f"{cloud} launch: the {parts.script_name} is {size} bytes, over {parts.limit_name}; "
             "shorten the command or environment"
         )
@@ -249,7 +256,7 @@ def record_lines(
     try:
         loc = parse_uri(uri)
     except ValueError as exc:
-        raise LaunchRejected(f"{cloud} launch: {exc}") from None
+        raise _rejected(f"{cloud} launch: {exc}") from None
     n = int(attempt)
     job = env.get(ENV_JOB_ID, "")
     # A job id is "j-" and base32; anything else is left out rather than escaped for printf.
@@ -279,7 +286,7 @@ def record_lines(
         return lines, True
     account = loc.account or env.get(ENV_AZURE_ACCOUNT, "")
     if not account:
-        raise LaunchRejected(
+        raise _rejected(
             f"{cloud} launch: {uri} names no storage account (az://CONTAINER@ACCOUNT/prefix)"
         )
     put = f"https://{account}.blob.core.windows.net/{loc.bucket}/{quote(key)}"

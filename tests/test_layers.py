@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("core", "state", "daemon", "lab", "server", "cli")
 # What the lower layers (core, state) may use of `providers`: its vocabulary (value types,
-# GPU and region names, settings models), never an adapter or an SDK.
+# GPU and region names, settings models, the local market's on-disk layout), never an
+# adapter or an SDK.
 PROVIDER_VOCABULARY = {
     "providers",
     "providers.base",
@@ -33,6 +34,7 @@ PROVIDER_VOCABULARY = {
     "providers.gcp.settings",
     "providers.azure.settings",
     "providers.local.settings",
+    "providers.local.layout",
     "providers.masking",
     "providers.instance_output",
 }

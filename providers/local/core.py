@@ -37,7 +37,8 @@ from typing import Any
 from providers.adapter import Clock, EventQueue, UtcClock
 from providers.base import Capabilities, EndReason, FatalError, ProviderEvent, ResourceRef
 from providers.local import state
-from providers.local.settings import INSTANCES_DIR, LocalSettings
+from providers.local.layout import INSTANCES_DIR, read_epoch
+from providers.local.settings import LocalSettings
 from providers.local.snapshot import load_catalog
 from providers.local.trace import Trace, load_trace
 
@@ -95,7 +96,7 @@ class MarketCore:
         self._warned: set[tuple[str, str]] = set()
         self.trace: Trace = load_trace(self.settings.trace)
         if read_only:
-            epoch = state.read_epoch(self.state_dir) or self._axis_now()
+            epoch = read_epoch(self.state_dir) or self._axis_now()
             self.time = state.MarketTime(epoch, self.settings.speedup, self._trace_start_s())
         else:
             self.time = self._open_state_dir(self_watch=self._real)

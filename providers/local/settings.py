@@ -32,16 +32,6 @@ def _offset_or_time(value: Any) -> timedelta | datetime:
     raise ValueError(f"expected an offset like '6h' or an ISO time, got {value!r}")
 
 
-# Under the market's state_dir: one directory per instance (its records, see state.py).
-INSTANCES_DIR = "instances"
-
-
-def instance_dir(state_dir: Path, instance_id: str) -> Path:
-    """Where one local instance lives: its spec and records, its job's stdout.log and
-    stderr.log, and its working directory. Needs no market (so read commands start none)."""
-    return state_dir / INSTANCES_DIR / instance_id
-
-
 def default_state_dir() -> Path:
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "spotwise" / "local"

@@ -30,6 +30,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from providers.local.layout import EPOCH_FILE
+
 SPEC = "spec.json"
 LOCK = "supervisor.lock"
 SUPERVISOR = "supervisor.json"
@@ -200,7 +202,7 @@ def kill_job(instance_dir: Path, pgid: int | None, within_s: float = 2.0) -> tup
 
 def ensure_epoch(state_dir: Path, now: datetime) -> datetime:
     """The market's time origin: set once on first use, then read by every later process."""
-    path = state_dir / "epoch"
+    path = state_dir / EPOCH_FILE
     state_dir.mkdir(parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -215,19 +217,6 @@ def ensure_epoch(state_dir: Path, now: datetime) -> datetime:
     with os.fdopen(fd, "w") as f:
         f.write(now.isoformat())
     return now
-
-
-def read_epoch(state_dir: Path) -> datetime | None:
-    """The market's time origin if a market has set one, else None; never writes (what read
-    commands use: they must not create the state they only look at)."""
-    try:
-        text = (state_dir / "epoch").read_text().strip()
-    except OSError:
-        return None
-    try:
-        return datetime.fromisoformat(text) if text else None
-    except ValueError:
-        return None
 
 
 @dataclass(frozen=True)
@@ -247,7 +236,7 @@ class MarketTime:
 
 def load_market(state_dir: Path) -> tuple[MarketTime, dict[str, Any]] | None:
     cfg = read_json(state_dir / "market.json")
-    epoch_file = state_dir / "epoch"
+    epoch_file = state_dir / EPOCH_FILE
     if cfg is None or not epoch_file.exists():
         return None
     epoch = datetime.fromisoformat(epoch_file.read_text().strip())

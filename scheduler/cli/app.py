@@ -124,38 +124,9 @@ def schema_head() -> str:
 
 
 def _version() -> str:
-    """'spotwise X.Y.Z', from the installed distribution's metadata. The metadata file is
-    read directly where it is found on the path: importing importlib.metadata to find it
-    costs more than the rest of `--version`."""
-    for entry in sys.path:
-        try:
-            names = os.listdir(entry or ".")
-        except OSError:
-            continue
-        for name in names:
-            if name.startswith("spotwise-") and name.endswith(".dist-info"):
-                version = _metadata_version(os.path.join(entry, name, "METADATA"))
-                if version:
-                    return f"spotwise {version}"
-    try:
-        from importlib.metadata import version as installed
+    from scheduler.state.installed import version
 
-        return f"spotwise {installed('spotwise')}"
-    except Exception:  # running from a source tree that was never installed
-        return "spotwise unknown"
-
-
-def _metadata_version(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("Version:"):
-                    return line.split(":", 1)[1].strip() or None
-                if not line.strip():  # the headers end at the first blank line
-                    return None
-    except OSError:
-        pass
-    return None
+    return f"spotwise {version()}"
 
 
 def __getattr__(name: str) -> Any:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from scheduler.core.config import Config
+    from scheduler.core.read_settings import ReadSettings
     from scheduler.state.read_connection import Database
 
 
@@ -123,6 +124,54 @@ def print_out(text: str, *, soft_wrap: bool = False, console: Console | None = N
     (console or out_console()).print(text, markup=False, highlight=False, soft_wrap=soft_wrap)
 
 
+class StdoutLines:
+    """Lines of plain text on stdout as Rich prints them, Rich imported only where it would
+    change something: a terminal (colours, its width), or a line it would fold or escape.
+    Piped, a command that prints a page of short lines (`show`) pays nothing for Rich."""
+
+    def __init__(self) -> None:
+        self.terminal = stdout_is_terminal()
+        env = os.environ.get("COLUMNS", "")
+        # out_console's width off a terminal: $COLUMNS, else wide enough not to fold.
+        self.width = int(env) if env.isdigit() and int(env) > 0 else 200
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            self._console = out_console()
+        return self._console
+
+    def print(self, text: str, *, soft_wrap: bool = False, style: str | None = None) -> None:
+        """`text` (never markup) in `style` where styles show, folded at the width unless
+        `soft_wrap`."""
+        if not self.terminal and text.isascii() and text.isprintable():
+            lines = [text] if soft_wrap or len(text) <= self.width else fold(text, self.width)
+            if lines is not None:
+                sys.stdout.write("\n".join(lines) + "\n")
+                return
+        self.console.print(text, markup=False, highlight=False, soft_wrap=soft_wrap, style=style)
+
+
+def fold(text: str, width: int) -> list[str] | None:
+    """`text` folded at `width` as Rich folds it (greedy, at spaces; a line keeps the space
+    after its last word when that still fits), for words parted by single spaces that each
+    fit; None for anything else (Rich then does it)."""
+    words = text.split(" ")
+    if "" in words or any(len(w) > width for w in words):
+        return None
+    out: list[str] = []
+    line = words[0]
+    for word in words[1:]:
+        if len(line) + 1 + len(word) <= width:
+            line = f"{line} {word}"
+        else:
+            out.append(line + " " if len(line) < width else line)
+            line = word
+    out.append(line)
+    return out
+
+
 def print_json(doc: Any) -> None:
     import json
 
@@ -195,10 +244,10 @@ class ScreenClock:
         )
 
 
-def screen_clock(cfg: Config) -> ScreenClock:
-    from scheduler.daemon.wiring import clock_for
+def screen_clock(settings: ReadSettings) -> ScreenClock:
+    from scheduler.state.market_clock import read_only_clock
 
-    return ScreenClock(clock_for(cfg, read_only=True))
+    return ScreenClock(read_only_clock(settings))
 
 
 def where(provider: str | None, cloud: str | None, region: str | None, zone: str | None) -> str:
@@ -223,14 +272,19 @@ def pool_label(provider: str | None, pool: str) -> str:
     )
 
 
-def open_reads(config: Path | None, *, warn: bool = False) -> tuple[Config, Database]:
+def open_reads(config: Path | None, *, warn: bool = False) -> tuple[ReadSettings, Database]:
     """The daemon's database as the daemon finds it (same config, same state_dir), for the
     commands that only read jobs and events: SQLite through sqlite3, else an engine.
-    The config returned is the one the daemon runs with when it recorded one (see
-    `daemon_config`), else this command's own."""
+    The settings returned are those of the config the daemon runs with when it recorded one
+    (see `daemon_config`), else of this command's own. When the daemon vouches for the
+    file (it validated these very bytes: state.vouched_config), it is not validated again."""
+    from scheduler.core.read_settings import ReadSettings
     from scheduler.state.files import load_config
     from scheduler.state.read_connection import open_for_reading, sqlite_file
 
+    fast = _vouched_reads(config)
+    if fast is not None:
+        return fast
     cfg = load_config(config)
     url = cfg.daemon.resolved_database_url()
     if sqlite_file(url) is None:
@@ -238,7 +292,36 @@ def open_reads(config: Path | None, *, warn: bool = False) -> tuple[Config, Data
     else:
         _last_database_url[:] = [url]
     db = open_for_reading(url)
-    return daemon_config(cfg, db, config, warn=warn), db
+    return ReadSettings.of_config(daemon_config(cfg, db, config, warn=warn)), db
+
+
+def _vouched_reads(config: Path | None) -> tuple[ReadSettings, Database] | None:
+    """`open_reads` without validating the config, when the daemon's record vouches for it;
+    None to take the validating path (which reports whatever is wrong)."""
+    import sqlite3
+
+    from scheduler.core.errors import UserError
+    from scheduler.state.read_connection import open_for_reading
+    from scheduler.state.read_models import running_config_text
+    from scheduler.state.vouched_config import config_text, sqlite_database, vouched
+
+    source = config_text(config)
+    if source is None:
+        return None
+    found, text = source
+    db_file = sqlite_database(text)
+    if db_file is None or not db_file.is_file():
+        return None
+    url = f"sqlite:///{db_file}"
+    try:
+        db = open_for_reading(url)
+        settings = vouched(running_config_text(db), found, text)
+    except (UserError, sqlite3.Error, OSError):
+        return None
+    if settings is None:
+        return None
+    _last_database_url[:] = [url]
+    return settings, db
 
 
 def open_engine(config: Path | None, *, warn: bool = False) -> tuple[Config, Engine]:
@@ -296,9 +379,10 @@ def print_daemon_warning(warning: str | None) -> None:
 
 def warn_if_no_daemon(cfg: Config, db: Database) -> None:
     """After a change to the desired state: say so when no daemon will act on it."""
+    from scheduler.core.read_settings import ReadSettings
     from scheduler.state.read_models import daemon_heartbeat
 
-    print_daemon_warning(daemon_warning(cfg, daemon_heartbeat(db)))
+    print_daemon_warning(daemon_warning(ReadSettings.of_config(cfg), daemon_heartbeat(db)))
 
 
 def exit_on_known_error(e: Exception) -> None:

@@ -28,6 +28,7 @@ from scheduler.cli.common import (
     Output,
     OutputOpt,
     ScreenClock,
+    StdoutLines,
     WideOutputOpt,
     complete_jobs,
     money,
@@ -36,7 +37,6 @@ from scheduler.cli.common import (
     pool_label,
     print_err,
     print_json,
-    print_out,
     screen_clock,
     stamp,
     stdout_is_terminal,
@@ -47,7 +47,7 @@ from scheduler.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    pass
 
 commands = typer.Typer()
 
@@ -205,8 +205,8 @@ class EventPrinter:
         self.json_lines = json_lines
         self.keep: list[str] | None = None
         self.widths: dict[str, int] = {}
-        self.out = out_console()
         self.terminal = stdout_is_terminal()
+        self.out = out_console() if self.terminal else None  # Rich only where it shows
         self.width = terminal_width()
 
     def columns(self, rows: list[dict[str, Any]]) -> list[Col]:
@@ -279,8 +279,9 @@ class EventPrinter:
             lay = type(lay)(lay.cols, widths)
         if self.terminal:
             styles = {"KIND": {c["KIND"]: _LEVEL_STYLE.get(c["_level"], "") for c in cells}}
+            out = self.out or out_console()
             for text in rich_lines(lay, cells, headers=headers and bool(rows), styles=styles):
-                self.out.print(text, soft_wrap=True)
+                out.print(text, soft_wrap=True)
         else:
             for line in lines(lay, cells, headers=headers and bool(rows)):
                 sys.stdout.write(line + "\n")
@@ -293,30 +294,31 @@ _LEVEL_STYLE = {"warning": "yellow", "error": "red"}
 def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
     """What the job asked for, its attempts (two lines each: where and at what price; when,
     how long, how it ended and why, what it cost), where its logs are and its events."""
-    from rich.text import Text
-
-    out = out_console()
+    out = StdoutLines()
     j = doc["job"]
-    head = Text()
-    head.append(j["id"], style="bold")
-    head.append(f" {j['name']} (team {j['team']}")
-    head.append(f", by {j['submitted_by']})" if j.get("submitted_by") else ")")
-    head.append("  ")
-    head.append(j["state"], style=STATE_STYLE.get(j["state"], "bold"))
-    out.print(head, soft_wrap=True)
+    by = f", by {j['submitted_by']})" if j.get("submitted_by") else ")"
+    if out.terminal:
+        from rich.text import Text
+
+        head = Text()
+        head.append(j["id"], style="bold")
+        head.append(f" {j['name']} (team {j['team']}{by}  ")
+        head.append(j["state"], style=STATE_STYLE.get(j["state"], "bold"))
+        out.console.print(head, soft_wrap=True)
+    else:
+        out.print(f"{j['id']} {j['name']} (team {j['team']}{by}  {j['state']}", soft_wrap=True)
     reason = j["reason"] or "-"
     for a in doc["attempts"]:  # the local market's pools say so, as everywhere else
         if a["provider"] == "local" and a["pool"]:
             reason = reason.replace(a["pool"], pool_label("local", a["pool"]))
-    print_out(f"reason: {reason}", soft_wrap=True, console=out)
-    print_out(
+    out.print(f"reason: {reason}", soft_wrap=True)
+    out.print(
         f"cost {money(j['cost_usd'])}  recoveries {j['recoveries']}  "
         f"created {when(screen.wall(j['created_at']))}",
-        console=out,
     )
     for line in spec_lines(doc.get("spec"), screen):
-        print_out(line, soft_wrap=True, console=out)  # a command is copied whole
-    print_out(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True, console=out)
+        out.print(line, soft_wrap=True)  # a command is copied whole
+    out.print(f"checkpoint {j['checkpoint_uri']}", soft_wrap=True)
     out.print(f"attempts{' (none yet)' if not doc['attempts'] else ''}", style="bold")
     for a in doc["attempts"]:
         pool = pool_label(a["provider"], a["pool"])
@@ -324,15 +326,13 @@ def _print_show(doc: dict[str, Any], screen: ScreenClock, db: Any) -> None:
         price = money(a["price_per_hour"] * nodes) + "/h"
         if nodes > 1:
             price += f" ({nodes} x {money(a['price_per_hour'])})"
-        print_out(
-            f"{a['number']:>3}  {pool}  {price}  {_instances(a)}", soft_wrap=True, console=out
-        )
-        print_out(f"     {_attempt_span(a, screen)}", console=out)
-        print_out(f"     {attempt_reason(a, screen)}", soft_wrap=True, console=out)
+        out.print(f"{a['number']:>3}  {pool}  {price}  {_instances(a)}", soft_wrap=True)
+        out.print(f"     {_attempt_span(a, screen)}")
+        out.print(f"     {attempt_reason(a, screen)}", soft_wrap=True)
     if doc["attempts"]:
         _print_attempt_logs(out, doc["attempts"][-1])
     if note := screen.note():
-        print_out(note, console=out)
+        out.print(note)
     out.print("events", style="bold")
     EventPrinter(screen, db, job_column=False).print(doc["events"], headers=True)
 
@@ -477,29 +477,28 @@ def _duration(seconds: float) -> str:
     return f"{s}s"
 
 
-def _print_attempt_logs(out: Console, a: dict[str, Any]) -> None:
+def _print_attempt_logs(out: StdoutLines, a: dict[str, Any]) -> None:
     """Where the latest attempt's output is and, when it failed, the end of its stderr."""
     from scheduler.state.read_models import tail
 
     logs = a["logs"]
     if logs.get("available"):
         # One line whatever the terminal: a path is for copying, not for wrapping.
-        print_out(f"logs {logs['dir']}  (spotwise logs JOB)", soft_wrap=True, console=out)
+        out.print(f"logs {logs['dir']}  (spotwise logs JOB)", soft_wrap=True)
     else:
-        print_out(f"logs: {logs['note']}", console=out)
+        out.print(f"logs: {logs['note']}")
         if logs.get("console_command"):
-            print_out(f"console: {logs['console_command']}", console=out)
+            out.print(f"console: {logs['console_command']}")
     failed = a["end_reason"] == "failed" or (a["exit_code"] not in (None, 0, 75))
     if failed and logs.get("available"):
         lines_ = tail(Path(logs["stderr"]), FAILED_TAIL)
-        print_out(
+        out.print(
             f"last {len(lines_)} lines of stderr (attempt {a['number']}):"
             if lines_
             else f"stderr of attempt {a['number']} is empty",
-            console=out,
         )
         for line in lines_:
-            print_out(f"  {line}", console=out)
+            out.print(f"  {line}")
 
 
 def env_visible_to(submitted_by: str) -> bool:

@@ -30,6 +30,7 @@ from scheduler.cli.common import (
     terminal_width,
     when,
 )
+from scheduler.core.read_settings import ReadSettings
 
 commands = typer.Typer()
 
@@ -61,7 +62,7 @@ def budget(config: ConfigOpt = None, output: OutputOpt = Format.table) -> None:
         screen = api.screen() if output != "json" else None
     else:
         cfg, engine = open_engine(config, warn=output != "json")
-        screen = screen_clock(cfg)
+        screen = screen_clock(ReadSettings.of_config(cfg))
         rows = read_models.budget_rows(engine, cfg, screen.daemon_now())
     if output == "json":
         print_json(read_models.document(budgets=rows))
@@ -138,7 +139,7 @@ def cost(
         start, end, rows = got["since"], got["until"], got["costs"]
     else:
         cfg, engine = open_engine(config, warn=output != "json")
-        now = screen_clock(cfg).daemon_now()
+        now = screen_clock(ReadSettings.of_config(cfg)).daemon_now()
         start, end = parse_since(since, now), parse_since(until, now)
         rows = read_models.cost_rows(engine, by.value, start, end)
     total = round(sum(r["cost_usd"] for r in rows), 6)
@@ -199,7 +200,7 @@ def report(
     from scheduler.state import report as rep
 
     cfg, engine = open_engine(config, warn=output != "json")
-    now = screen_clock(cfg).daemon_now()
+    now = screen_clock(ReadSettings.of_config(cfg)).daemon_now()
     start, end = parse_since(since, now), parse_since(until, now)
     rules = cfg.budget_rules()
     facts = rep.load(engine, start, end, now, rules, cfg.policy.spot_interruption_prior)

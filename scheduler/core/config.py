@@ -7,7 +7,6 @@ prints a traceback for a user's mistake.
 from __future__ import annotations
 
 import itertools
-import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -39,6 +38,7 @@ from scheduler.core.errors import (
 )
 from scheduler.core.gang_recovery import Recovery
 from scheduler.core.jobspec import DEFAULT_TEAM, JobSpec, normalise_team
+from scheduler.core.state_dir import default_database_url, default_state_dir
 from trainer.contract import parse_uri
 
 __all__ = ["Config", "key_lines", "mask_database_url", "parse_config"]
@@ -80,15 +80,6 @@ def absolute_path(v: Path | None, key: str) -> Path | None:
 
 
 MIN_SPEND_RETENTION = timedelta(days=35)
-
-
-def default_state_dir() -> Path:
-    """$STATE_DIRECTORY (systemd's StateDirectory=), else the XDG state directory."""
-    systemd = os.environ.get("STATE_DIRECTORY", "").split(":")[0]
-    if systemd:
-        return Path(systemd)
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "spotwise"
 
 
 class DaemonSettings(StrictModel):
@@ -215,7 +206,7 @@ class DaemonSettings(StrictModel):
         return (self.state_dir or default_state_dir()).expanduser()
 
     def resolved_database_url(self) -> str:
-        return self.database_url or f"sqlite:///{self.resolved_state_dir() / 'spotwise.db'}"
+        return self.database_url or default_database_url(self.resolved_state_dir())
 
     def masked_database_url(self) -> str:
         """The database URL with any password replaced by ***, for printing."""

@@ -11,11 +11,12 @@ from __future__ import annotations
 import difflib
 import math
 import tomllib
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from providers.masking import mask_url_passwords
+
+if TYPE_CHECKING:  # every command imports this module: pydantic only where a model is built
+    from pydantic import ValidationError
 
 
 class UserError(Exception):

@@ -46,7 +46,7 @@ from scheduler.daemon.reconcile import Reconciler
 from scheduler.daemon.webhook import WebhookSender
 from scheduler.daemon.wiring import build_providers, clock_for, observe_only
 from scheduler.state.db import is_postgres, open_db, sqlite_path
-from scheduler.state.files import find_config, load_config
+from scheduler.state.files import find_config, load_config_source
 from scheduler.state.installation import check_clock
 from scheduler.state.lease import DaemonRecord, Heartbeat, Lease, LeaseTimings, StateLock
 from scheduler.state.models import Attempt, Job
@@ -123,7 +123,8 @@ class Daemon:
         self._reload = threading.Event()
         self._install_handlers()
         self.config_path = find_config(config_path)
-        self.config: Config = load_config(self.config_path)
+        # The digest of the text validated: the record beside the heartbeat carries it.
+        self.config, self.config_digest = load_config_source(self.config_path)
         self._fixed_clock = clock
         self.clock = clock or clock_for(self.config)
         d = self.config.daemon
@@ -160,7 +161,7 @@ class Daemon:
             self._db_identity = _file_identity(self._db_file)
             stale = max(timedelta(seconds=60), d.reconcile_interval * 6 / self._speed())
             self.record = DaemonRecord(self.engine, stale)
-            self.record.claim(_version(), record(self.config, self.config_path))
+            self.record.claim(_version(), record(self.config, self.config_path, self.config_digest))
         self.reconciler = Reconciler(
             self.engine,
             self.config,
@@ -350,7 +351,7 @@ class Daemon:
 
     def reload(self) -> None:
         try:
-            new = load_config(self.config_path)
+            new, digest = load_config_source(self.config_path)
         except UserError as e:
             log.error("config reload rejected, keeping the running config: %s", e)
             return
@@ -381,7 +382,7 @@ class Daemon:
             )
             return
         changed_keys = changes(self.config, new)
-        self.config = new
+        self.config, self.config_digest = new, digest
         self.reconciler.config = new
         self.reconciler.observe_only = observe_only(new)
         self.reconciler.providers = providers
@@ -397,7 +398,7 @@ class Daemon:
 
     def _record_config(self) -> None:
         """What this daemon runs with, beside its heartbeat (the CLI shows it)."""
-        text = record(self.config, self.config_path)
+        text = record(self.config, self.config_path, self.config_digest)
         try:
             if self.lease is not None:
                 self.lease.record_config(text)
@@ -558,9 +559,6 @@ def _schema() -> str:
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    from scheduler.state.installed import version
 
-        return version("spotwise")
-    except Exception:
-        return "unknown"
+    return version()

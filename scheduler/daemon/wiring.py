@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from scheduler.core.clock import Clock, RealClock, ScaledClock
 from scheduler.core.config import Config, local_settings
 from scheduler.core.errors import UserError
+from scheduler.core.read_settings import ReadSettings
+from scheduler.state.market_clock import read_only_clock
 
 if TYPE_CHECKING:  # the read commands take the clock without any provider's code
     from providers.base import Provider
@@ -57,25 +59,22 @@ def build_providers(
 def clock_for(config: Config, *, read_only: bool = False) -> Clock:
     """The daemon's and CLI's clock: the local market's sped-up time when it is the only
     provider (so its spend and budgets are in market hours), real time otherwise.
-    `read_only` (read commands): the market's epoch is read, never created; before any
-    market ran, market time starts now."""
-    p = config.providers
-    local = p.local
-    clouds = (p.aws, p.gcp, p.azure)
-    if local is None or any(c is not None for c in clouds) or local.speedup == 1:
-        return RealClock()
-    from providers.local.state import ensure_epoch, read_epoch
+    `read_only` (read commands): the market's epoch is read, never created
+    (state.market_clock); before any market ran, market time starts now."""
+    settings = ReadSettings.of_config(config)
+    if read_only or settings.speedup == 1:
+        return read_only_clock(settings)
+    from providers.local.state import ensure_epoch
 
-    state_dir, now = local_settings(config).resolved_state_dir(), RealClock().now()
-    if read_only:
-        epoch = read_epoch(state_dir) or now
-    else:
-        try:
-            epoch = ensure_epoch(state_dir, now)
-        except OSError as e:
-            key = "providers.local.state_dir" if local.state_dir else "daemon.state_dir"
-            raise UserError(f"{key}: {state_dir} is not usable: {e.strerror or e}") from None
+    local = config.providers.local
+    assert local is not None  # a speed-up is the local market's
+    state_dir = settings.local_state_dir
     try:
-        return ScaledClock(epoch, local.speedup)
+        epoch = ensure_epoch(state_dir, RealClock().now())
+    except OSError as e:
+        key = "providers.local.state_dir" if local.state_dir else "daemon.state_dir"
+        raise UserError(f"{key}: {state_dir} is not usable: {e.strerror or e}") from None
+    try:
+        return ScaledClock(epoch, settings.speedup)
     except ValueError as e:
         raise UserError(f"providers.local.speedup: {e}") from None

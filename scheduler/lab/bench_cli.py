@@ -120,19 +120,24 @@ def _newest_finished(job: Any) -> Any:
 
 
 class Heartbeat:
-    """The daemon's heartbeat row in each database, renewed before every round."""
+    """The daemon's heartbeat row in each database, renewed before every round, with the
+    record of the config it runs with, as a daemon started with that file writes it (so the
+    read commands find what they find on a healthy install)."""
 
     def __init__(self, configs: list[Path]) -> None:
         from scheduler.state.db import open_existing
-        from scheduler.state.files import load_config
+        from scheduler.state.files import load_config_source
+        from scheduler.state.installed import version
         from scheduler.state.lease import DaemonRecord
+        from scheduler.state.running_config import record
 
         self.records = []
         for path in configs:
-            url = load_config(path).daemon.resolved_database_url()
-            record = DaemonRecord(open_existing(url), stale_after=timedelta(minutes=1))
-            record.claim("bench")
-            self.records.append(record)
+            config, digest = load_config_source(path)
+            url = config.daemon.resolved_database_url()
+            held = DaemonRecord(open_existing(url), stale_after=timedelta(minutes=1))
+            held.claim(version(), record(config, path, digest))
+            self.records.append(held)
 
     def beat(self) -> None:
         for record in self.records:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from scheduler.core.config import Config
+from scheduler.core.read_settings import ReadSettings
 from scheduler.state.files import load_config
 from scheduler.state.read_connection import open_for_reading
 
@@ -59,6 +60,10 @@ class ServerContext:
         with self._lock:
             self._config = (now, cfg)
         return cfg
+
+    def read_settings(self) -> ReadSettings:
+        """What the read models need of `config()` (core.read_settings)."""
+        return ReadSettings.of_config(self.config())
 
     def clock(self) -> Any:
         from scheduler.daemon.wiring import clock_for

@@ -237,7 +237,7 @@ def jobs_page(
     states = [state] if state and state.upper() in {s.value for s in JobState} else None
     rows = read_models.job_rows(ctx.db, states=states, team=team, teams=visible(p))
     teams = sorted({r["team"] for r in read_models.job_rows(ctx.db, teams=visible(p))})
-    warning = daemon_warning(ctx.config(), read_models.daemon_heartbeat(ctx.db))
+    warning = daemon_warning(ctx.read_settings(), read_models.daemon_heartbeat(ctx.db))
     team_opts = "".join(
         f'<option value="{_e(t)}"{" selected" if t == team else ""}>{_e(t)}</option>' for t in teams
     )
@@ -287,7 +287,7 @@ def job_page(request: Request, ref: str, p: Reader) -> Response:
     ctx = context(request)
     screen = _Screen(ctx.clock())
     try:
-        doc = read_models.job_detail(ctx.db, ref[:200], ctx.config(), teams=visible(p))
+        doc = read_models.job_detail(ctx.db, ref[:200], ctx.read_settings(), teams=visible(p))
     except UserError as e:
         return _html(_page("No such job", f'<p class="error">{_e(e)}</p>', p, "jobs"), 404)
     j = doc["job"]

@@ -59,9 +59,8 @@ def daemon(request: Request, p: Caller) -> Any:
 
     ctx = context(request)
     lease = read_models.daemon_heartbeat(ctx.db)
-    return json_response(
-        read_models.document(daemon=lease, daemon_warning=daemon_warning(ctx.config(), lease))
-    )
+    warning = daemon_warning(ctx.read_settings(), lease)
+    return json_response(read_models.document(daemon=lease, daemon_warning=warning))
 
 
 @router.get("/jobs", summary="status: one row per job, active and newest first")
@@ -90,7 +89,7 @@ def jobs(
     lease = read_models.daemon_heartbeat(ctx.db)
     doc = read_models.document(
         jobs=rows[offset : offset + limit],
-        daemon_warning=daemon_warning(ctx.config(), lease),
+        daemon_warning=daemon_warning(ctx.read_settings(), lease),
         daemon=lease,
     )
     headers = {"X-Total-Count": str(total)}
@@ -110,7 +109,7 @@ def _find(request: Request, p: Principal, ref: str) -> dict[str, Any]:
     if len(ref) > 200:
         raise ApiError(400, "a job reference is an id, an id prefix or a name (at most 200)")
     try:
-        return read_models.job_detail(ctx.db, ref, ctx.config(), teams=visible(p))
+        return read_models.job_detail(ctx.db, ref, ctx.read_settings(), teams=visible(p))
     except UserError as e:
         raise user_error(e) from None
 

@@ -5,16 +5,20 @@ text comes from, so every way a file can be unreadable is one UserError naming i
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from scheduler.core.config import Config, config_from_toml
 from scheduler.core.errors import UserError, clean, key_lines, parse_toml
-from scheduler.core.jobspec import JobSpec, jobspec_from_dict
 from scheduler.state.paths import creatable
 from scheduler.state.read_connection import sqlite_file
+
+if TYPE_CHECKING:  # the models are imported where a file is validated: a read command
+    # the daemon vouches for (state.vouched_config) finds its file here and needs neither
+    from scheduler.core.config import Config
+    from scheduler.core.jobspec import JobSpec
 
 DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
 
@@ -61,6 +65,12 @@ def find_config(explicit: str | Path | None = None) -> Path | None:
     return None
 
 
+def source_digest(text: str) -> str:
+    """The SHA-256 of a config file's text ("" for the built-in defaults): what the daemon
+    records beside the config it validated, for a read command to recognise the file."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def load_config(path: str | Path | None = None) -> Config:
     """Load and validate; with no file anywhere, the built-in defaults (local market).
 
@@ -68,9 +78,17 @@ def load_config(path: str | Path | None = None) -> Config:
     daemon, `check-config` and every command read the config alike: the database URL must
     parse for the engine, and each directory the config names must exist or be creatable.
     Nothing is created: read commands write nothing."""
+    return load_config_source(path)[0]
+
+
+def load_config_source(path: str | Path | None = None) -> tuple[Config, str]:
+    """`load_config`, and the `source_digest` of the very text it validated."""
+    from scheduler.core.config import Config, config_from_toml
+
     found = find_config(path)
     if found is None:
         config, lines, source = Config().with_default_provider(), {}, "built-in defaults"
+        text = ""
     else:
         data, text = read_toml_file(found, "config file")
         config = config_from_toml(data, text, str(found))
@@ -78,7 +96,7 @@ def load_config(path: str | Path | None = None) -> Config:
     problems = unusable(config, lines, clean(source, 200))
     if problems:
         raise UserError("\n".join(problems))
-    return config
+    return config, source_digest(text)
 
 
 def _where(key: str, lines: dict[str, int]) -> str:
@@ -115,6 +133,8 @@ def unusable(config: Config, lines: dict[str, int], source: str) -> list[str]:
 
 def load_jobspec(path: str | Path) -> JobSpec:
     """Read and validate a job file; every problem becomes one UserError naming file and key."""
+    from scheduler.core.jobspec import jobspec_from_dict
+
     path = Path(path)
     data, text = read_toml_file(path, "job file")
     return jobspec_from_dict(data, source=str(path), lines=key_lines(text))

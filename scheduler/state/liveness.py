@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # every command imports this: the standard library alone at run time
-    from scheduler.core.config import Config
+    from scheduler.core.read_settings import ReadSettings
 
 
 def ago(seconds: float) -> str:
@@ -18,23 +18,16 @@ def ago(seconds: float) -> str:
     return f"{int(seconds // 3600)}h"
 
 
-def daemon_warning(cfg: Config, lease: dict[str, Any] | None) -> str | None:
+def daemon_warning(settings: ReadSettings, lease: dict[str, Any] | None) -> str | None:
     """A line to print when no daemon is keeping this database (else None), from its
     heartbeat `lease` (read_models.daemon_heartbeat; None: there is none). Lines for a daemon
     that should be running but is silent start with 'daemon not seen'."""
     if lease is None:
         return "no spotwise daemon has run on this database yet: start one (spotwise daemon)"
     age = (datetime.now(UTC) - lease["renewed_at"]).total_seconds()
-    stale = max(60.0, 6 * cfg.daemon.reconcile_interval.total_seconds() / _speed(cfg))
+    stale = settings.stale_after_s
     if lease["status"] == "stopped":
         return f"the spotwise daemon stopped {ago(age)} ago: start it (spotwise daemon)"
     if age > stale:
         return f"daemon not seen for {ago(age)} (pid {lease['pid']} on {lease['host']})"
     return None
-
-
-def _speed(cfg: Config) -> float:
-    local = cfg.providers.local
-    if local is None or cfg.providers.aws is not None:
-        return 1.0
-    return float(local.speedup)

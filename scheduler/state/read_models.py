@@ -18,15 +18,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import Enum
-from itertools import chain, cycle
+from itertools import chain
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from providers.instance_output import instance_output
-from providers.local.settings import instance_dir
-from scheduler.core.config import Config, local_settings
+from providers.local.layout import instance_dir
 from scheduler.core.errors import UserError
+from scheduler.core.read_settings import ReadSettings
+from scheduler.core.state_dir import default_state_dir
 from scheduler.core.states import AttemptState, JobState
 from scheduler.state.read_connection import Query, placeholders, reading
 
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from providers.base import Provider
+    from scheduler.core.config import Config
     from scheduler.state.read_connection import Database
 
 # Bumped when a field of any -o json document is renamed or removed (2: cost_usd, instance_id).
@@ -119,18 +120,17 @@ _encode_values = json.JSONEncoder(default=json_default, separators=(_VALUE_SEP, 
 
 def _encode_table(fields: tuple[str, ...], values: list[Any]) -> str:
     """Rows of `fields` given as one flat list of scalars (row after row) as `_encode_rows`
-    writes the same rows as dicts: each value encoded by one call, then interleaved with the
-    text that goes before it (its key, and where a row begins, the end of the last)."""
+    writes the same rows as dicts: each value encoded by one call, then each row's values
+    put into one template of its keys (a `%` per row, not a piece per value)."""
     if not values:
         return "[]"
     encoded = _encode_values(values)[1:-1].split(_VALUE_SEP)
     key_of = json.JSONEncoder().encode
-    heads = [f"\n    }},\n    {{\n      {key_of(fields[0])}: "]
-    heads += [f",\n      {key_of(f)}: " for f in fields[1:]]
-    pieces = chain.from_iterable(zip(cycle(heads), encoded, strict=False))
-    next(pieces)  # the first row has no row before it to end
-    first = f"[\n    {{\n      {key_of(fields[0])}: "
-    return "".join(chain((first,), pieces, ("\n    }\n  ]",)))
+    # The template is made of field names (no %); the values are inserted, never parsed.
+    row = "    {\n" + ",\n".join(f"      {key_of(f)}: %s" for f in fields) + "\n    }"
+    n = len(fields)
+    rows = [row % tuple(encoded[i : i + n]) for i in range(0, len(encoded), n)]
+    return "[\n" + ",\n".join(rows) + "\n  ]"
 
 
 # The columns each row builder reads, in the order the queries select them.
@@ -470,14 +470,14 @@ def _event_row(e: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
+def attempt_logs(settings: ReadSettings | None, a: dict[str, Any]) -> dict[str, Any]:
     """Where an attempt's stdout and stderr are: files this machine can read (the local
     market) or, for a cloud instance, where the wrapper left them and how to get the console."""
     iid = a.get("instance_id")
     if not iid:
         return {"available": False, "note": "the attempt never got an instance"}
     if a.get("provider") == "local":
-        d = local_instance_dir(config, iid)
+        d = local_instance_dir(settings, iid)
         return {
             "available": True,
             "dir": str(d),
@@ -485,6 +485,8 @@ def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
             "stderr": str(d / "stderr.log"),
         }
     # The cloud states where its boot script left the output (providers/instance_output.py).
+    from providers.instance_output import instance_output
+
     output = instance_output(a.get("cloud") or "")
     note = (
         f"stdout and stderr are in {output.log_path} on {a.get('cloud')} instance {iid} (not "
@@ -498,13 +500,11 @@ def attempt_logs(config: Config | None, a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def local_instance_dir(config: Config | None, instance_id: str) -> Path:
+def local_instance_dir(settings: ReadSettings | None, instance_id: str) -> Path:
     """LocalMarket.instance_dir without starting a market (no trace load, no mkdir), by the
-    layout the local provider states (providers/local/settings.instance_dir)."""
-    if config is not None and config.providers.local is not None:
-        root = local_settings(config).resolved_state_dir()
-    else:  # the market was configured away since: its default place under state_dir
-        root = (config or Config()).daemon.resolved_state_dir() / "local"
+    layout the local provider states (providers/local/layout.instance_dir). Without settings:
+    the market's default place under the default state directory."""
+    root = settings.local_state_dir if settings else default_state_dir() / "local"
     return instance_dir(root, instance_id)
 
 
@@ -545,7 +545,10 @@ def _find_job(query: Query, ref: str, teams: tuple[str, ...] | None = None) -> d
 
 
 def job_detail(
-    db: Database, ref: str, config: Config | None = None, teams: tuple[str, ...] | None = None
+    db: Database,
+    ref: str,
+    settings: ReadSettings | None = None,
+    teams: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """One job (`_find_job`'s rules; `teams`: among those teams' jobs only): its row, spec,
     attempts with where their logs are, and its events."""
@@ -574,12 +577,12 @@ def job_detail(
     return {
         "job": _job_row(job, attempts[-1] if attempts else None),
         "spec": _spec_doc(job),
-        "attempts": [_with_logs(config, _attempt_row(a, nodes.get(a["id"]))) for a in attempts],
+        "attempts": [_with_logs(settings, _attempt_row(a, nodes.get(a["id"]))) for a in attempts],
         "events": [_event_row(dict(zip(_EVENT_COLUMNS, e, strict=True))) for e in events],
     }
 
 
-def job_attempts(db: Database, job_id: str, config: Config | None = None) -> dict[str, Any]:
+def job_attempts(db: Database, job_id: str, settings: ReadSettings | None = None) -> dict[str, Any]:
     """A job's state and its attempts (with where their logs are), without its events:
     what a follower of the job (`logs -f`) reads between two reads of its files."""
     with reading(db) as query:
@@ -596,7 +599,7 @@ def job_attempts(db: Database, job_id: str, config: Config | None = None) -> dic
         ]
     return {
         "job": _job_row(job, attempts[-1] if attempts else None),
-        "attempts": [_with_logs(config, _attempt_row(a)) for a in attempts],
+        "attempts": [_with_logs(settings, _attempt_row(a)) for a in attempts],
     }
 
 
@@ -613,8 +616,8 @@ def _spec_doc(job: dict[str, Any]) -> dict[str, Any] | None:
     return spec
 
 
-def _with_logs(config: Config | None, row: dict[str, Any]) -> dict[str, Any]:
-    row["logs"] = attempt_logs(config, row)
+def _with_logs(settings: ReadSettings | None, row: dict[str, Any]) -> dict[str, Any]:
+    row["logs"] = attempt_logs(settings, row)
     return row
 
 

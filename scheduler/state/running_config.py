@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from scheduler.core.config import Config, local_settings, mask_database_url
+from scheduler.core.read_settings import ReadSettings
+from scheduler.state import installed
 
 # Bumped when the record's shape changes; a CLI that finds another version uses its own file.
 RECORD_VERSION = 1
@@ -33,19 +35,24 @@ class RunningConfig:
     config: Config
 
 
-def record(config: Config, path: Path | str | None) -> str:
-    """The record a daemon writes (JSON): its config as it resolved it."""
+def record(config: Config, path: Path | str | None, source_sha256: str | None = None) -> str:
+    """The record a daemon writes (JSON): its config as it resolved it; with the digest of
+    the text it validated (`files.source_digest`), also what vouches for that text to a read
+    command of the same spotwise (state.vouched_config): the digest, the version and the
+    values those commands need."""
     resolved = resolve(config)
     doc = resolved.model_dump(mode="json")
     doc["daemon"]["database_url"] = mask_database_url(resolved.daemon.resolved_database_url())
-    return json.dumps(
-        {
-            "version": RECORD_VERSION,
-            "path": str(Path(path).resolve()) if path else None,
-            "config": doc,
-        },
-        sort_keys=True,
-    )
+    out: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "path": str(Path(path).resolve()) if path else None,
+        "config": doc,
+    }
+    if source_sha256 is not None:
+        out["source_sha256"] = source_sha256
+        out["spotwise"] = installed.version()
+        out["read"] = ReadSettings.of_config(resolved).to_json()
+    return json.dumps(out, sort_keys=True)
 
 
 def resolve(config: Config) -> Config:

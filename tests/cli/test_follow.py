@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from scheduler.cli import app as cli
 from scheduler.core.config import local_settings
 from scheduler.core.jobspec import jobspec_from_dict
+from scheduler.core.read_settings import ReadSettings
 from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.state import read_models
 from scheduler.state.audit import emit
@@ -63,7 +64,9 @@ class Lines:
 
 
 def _instance_dir(world, instance_id: str) -> Path:
-    d = read_models.local_instance_dir(load_config(world.config), instance_id)
+    d = read_models.local_instance_dir(
+        ReadSettings.of_config(load_config(world.config)), instance_id
+    )
     d.mkdir(parents=True, exist_ok=True)
     return d
 
@@ -224,6 +227,6 @@ def test_one_event_per_failure(make_world, tmp_path: Path):
 def test_the_local_instance_dir_rule_is_the_markets(tmp_path: Path):
     w = make_ops_world(tmp_path)
     cfg = load_config(w.config)
-    assert read_models.local_instance_dir(cfg, "x").parent.parent == (
+    assert read_models.local_instance_dir(ReadSettings.of_config(cfg), "x").parent.parent == (
         local_settings(cfg).resolved_state_dir()
     )

@@ -16,6 +16,7 @@ from scheduler.cli import app as cli
 from scheduler.cli import logs as logs_cli
 from scheduler.core.config import local_settings
 from scheduler.core.errors import UserError
+from scheduler.core.read_settings import ReadSettings
 from scheduler.daemon.logs import configure, journal_attached, redact, resolve_level
 from scheduler.state import read_models
 from scheduler.state.audit import emit
@@ -30,7 +31,7 @@ runner = CliRunner()
 def world(tmp_path: Path):
     w = make_ops_world(tmp_path)
     cfg = load_config(w.config)
-    d = read_models.local_instance_dir(cfg, "local-failed-0001")
+    d = read_models.local_instance_dir(ReadSettings.of_config(cfg), "local-failed-0001")
     d.mkdir(parents=True)
     (d / "stdout.log").write_text("step 1\nstep 2\n")
     (d / "stderr.log").write_text("".join(f"warn {i}\n" for i in range(30)) + "Traceback: boom\n")
@@ -52,7 +53,9 @@ def test_local_log_dir_is_the_markets_instance_dir(world):
 
     cfg = load_config(world.config)
     market = LocalMarket(local_settings(cfg))
-    assert read_models.local_instance_dir(cfg, "local-x") == market.instance_dir("local-x")
+    assert read_models.local_instance_dir(
+        ReadSettings.of_config(cfg), "local-x"
+    ) == market.instance_dir("local-x")
 
 
 def test_logs_prints_stdout_and_stderr_of_the_attempt(world):
@@ -101,7 +104,9 @@ def test_follow_prints_lines_as_they_arrive_until_the_attempt_ends(tmp_path):
 def test_show_prints_where_the_logs_are_and_the_end_of_stderr_when_failed(world):
     r = _invoke(world, "show", world.ids["failed"])
     assert r.exit_code == 0, r.output
-    d = read_models.local_instance_dir(load_config(world.config), "local-failed-0001")
+    d = read_models.local_instance_dir(
+        ReadSettings.of_config(load_config(world.config)), "local-failed-0001"
+    )
     assert str(d) in r.stdout
     assert "last 10 lines of stderr (attempt 1):" in r.stdout
     assert "Traceback: boom" in r.stdout and "warn 21" in r.stdout and "warn 20\n" not in r.stdout

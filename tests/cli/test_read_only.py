@@ -14,6 +14,7 @@ import pytest
 
 from scheduler.core.config import local_settings
 from scheduler.core.jobspec import jobspec_from_dict
+from scheduler.core.read_settings import ReadSettings
 from scheduler.state import read_models
 from scheduler.state.files import load_config
 
@@ -89,7 +90,7 @@ def test_read_commands_write_nothing_to_an_existing_state_directory(tmp_path, en
     spec = jobspec_from_dict({"name": "read-only", "command": ["train"]})
     job = submit(engine, spec, datetime.now(UTC), cfg.daemon.resolved_checkpoint_root())
     engine.dispose()
-    logs = read_models.local_instance_dir(cfg, "local-read-only-0001")
+    logs = read_models.local_instance_dir(ReadSettings.of_config(cfg), "local-read-only-0001")
     logs.mkdir(parents=True)
     (logs / "stdout.log").write_text("step 1\n")
     before = _listing(state, state)

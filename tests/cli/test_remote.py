@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import Session, col, select
 
+from scheduler.core.read_settings import ReadSettings
 from scheduler.state.files import load_config
 from scheduler.state.lease import DaemonRecord
 from scheduler.state.models import Event, Job
@@ -28,7 +29,9 @@ pytestmark = pytest.mark.slow
 def both(tmp_path_factory: pytest.TempPathFactory):
     tmp = tmp_path_factory.mktemp("remote")
     world = make_ops_world(tmp)
-    logs = local_instance_dir(load_config(world.config), "local-running-0001")
+    logs = local_instance_dir(
+        ReadSettings.of_config(load_config(world.config)), "local-running-0001"
+    )
     logs.mkdir(parents=True)
     (logs / "stdout.log").write_text("step 1\nstep 2\n")
     (logs / "stderr.log").write_text("warming up\n")
