@@ -38,7 +38,8 @@ class RiskAnswers(Generic[K, V]):
         failed: Callable[[K, Exception], str],
     ) -> None:
         """Ask about each key (in order) with no answer younger than the TTL, at most
-        `per_poll` of them; a failure is emitted as `failed(key, exc)` says it."""
+        `per_poll` of them; a failure is emitted as `failed(key, exc)` says it (an empty
+        text: one already said, e.g. a refusal that covers the key)."""
         now = self._now()
         asked = 0
         for key in keys:
@@ -51,7 +52,9 @@ class RiskAnswers(Generic[K, V]):
             try:
                 value: V | None = ask(key)
             except Exception as exc:  # the SDK's own errors: the pools keep their prior
-                self._emit(failed(key, exc))
+                said = failed(key, exc)
+                if said:
+                    self._emit(said)
                 value = None
             self._answers[key] = (now, value)
 
