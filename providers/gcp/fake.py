@@ -6,6 +6,8 @@ lists and SKU lists with paging, list filters (`name eq "re"`, `labels.k = "v"`,
 `operationType = "x"`), instances.insert with requestId dedup and name conflicts,
 operations that finish on a later read (with delayed errors), preemption and deletion as
 zone operations. Prices are us-central1 figures from shared/data/catalog/gcp_vms.csv.
+Risk data: advice.capacity (`advice`, `fail_advice`) and advice.capacityHistory
+(`history`, `fail_history`), in compute_v1's response shapes.
 
 Gangs: instances.bulkInsert (count, minCount, perInstanceProperties, instanceProperties
 with short names; all or nothing: a zone short of capacity fails the operation with
