@@ -1,7 +1,8 @@
 """The clouds' risk answers, each kept for its TTL and asked for a bounded number at a time.
 
-Every cloud's risk API (AWS placement scores, GCE capacity advice, Azure Spot placement
-scores) is rate-limited and slow to change, so each reader keeps what it was told per key (a
+Every cloud's risk API (AWS placement scores, GCE capacity advice and history, Azure Spot
+placement scores and Resource Graph's eviction-rate bands) is rate-limited and slow to
+change, so each reader keeps what it was told per key (a
 region, a zone and shape, a location and size) for the cloud's RISK_REFRESH and asks at most
 RISK_CALLS_PER_POLL new keys per price poll. A failed or refused ask is said once and kept as
 "no answer" for the TTL too: the pools keep the configured prior and the API is not hammered.
