@@ -70,7 +70,9 @@ class RiskKind(StrEnum):
 
     AWS_PLACEMENT_SCORE = "aws-placement-score"  # 1-10, GetSpotPlacementScores
     GCP_ESTIMATED_UPTIME = "gcp-estimated-uptime"  # hours, advice.capacity
-    AZURE_EVICTION_RATE = "azure-eviction-rate"  # percent (a band's middle)
+    # share of the Spot VMs that stopped which GCE preempted, 0-1 (advice.capacityHistory)
+    GCP_PREEMPTION_HISTORY = "gcp-preemption-history"
+    AZURE_EVICTION_RATE = "azure-eviction-rate"  # percent per hour (a band's middle)
     AZURE_PLACEMENT_SCORE = "azure-placement-score"  # High / Medium / Low in `detail`
 
 

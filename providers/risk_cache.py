@@ -1,7 +1,8 @@
 """The clouds' risk answers, each kept for its TTL and asked for a bounded number at a time.
 
-Every cloud's risk API (AWS placement scores, GCE capacity advice, Azure Spot placement
-scores) is rate-limited and slow to change, so each reader keeps what it was told per key (a
+Every cloud's risk API (AWS placement scores, GCE capacity advice and history, Azure Spot
+placement scores and Resource Graph's eviction-rate bands) is rate-limited and slow to
+change, so each reader keeps what it was told per key (a
 region, a zone and shape, a location and size) for the cloud's RISK_REFRESH and asks at most
 RISK_CALLS_PER_POLL new keys per price poll. A failed or refused ask is said once and kept as
 "no answer" for the TTL too: the pools keep the configured prior and the API is not hammered.
@@ -38,7 +39,8 @@ class RiskAnswers(Generic[K, V]):
         failed: Callable[[K, Exception], str],
     ) -> None:
         """Ask about each key (in order) with no answer younger than the TTL, at most
-        `per_poll` of them; a failure is emitted as `failed(key, exc)` says it."""
+        `per_poll` of them; a failure is emitted as `failed(key, exc)` says it (an empty
+        text: one already said, e.g. a refusal that covers the key)."""
         now = self._now()
         asked = 0
         for key in keys:
@@ -51,7 +53,9 @@ class RiskAnswers(Generic[K, V]):
             try:
                 value: V | None = ask(key)
             except Exception as exc:  # the SDK's own errors: the pools keep their prior
-                self._emit(failed(key, exc))
+                said = failed(key, exc)
+                if said:
+                    self._emit(said)
                 value = None
             self._answers[key] = (now, value)
 

@@ -5,7 +5,9 @@ Stdlib only (ThreadingHTTPServer on 127.0.0.1:0). State changes that Azure makes
 (allocation, a delete finishing) are applied as pending operations at the next request, so
 tests need no sleeps. Injections: `fail_create` (synchronous error on the next VM PUT),
 `fail_later` (the next VM create's operation fails with that code), `evict()`,
-`power_off()` (the job's own shutdown), `leak()` (a tagged orphan NIC/disk/IP).
+`power_off()` (the job's own shutdown), `leak()` (a tagged orphan NIC/disk/IP). Spot
+placement scores (`spot_scores`, `fail_scores`) and Resource Graph's Spot eviction-rate
+bands (`graph`, fake_graph.py) answer the risk readers.
 
 Gangs: proximity placement groups (PUT, GET, list, DELETE; the body and answers of the REST
 specs' ProximityPlacementGroup_* examples; a group that still holds a VM refuses to be
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from providers.azure.fake_graph import ResourceGraph
+
 _RES = re.compile(
     r"^/subscriptions/(?P<sub>[^/]+)/resourceGroups/(?P<rg>[^/]+)/providers/"
     r"(?P<ns>Microsoft\.Compute|Microsoft\.Network)/"
@@ -51,6 +55,7 @@ _SPOT_SCORES = re.compile(
     r"placementScores/spot/generate$",
     re.IGNORECASE,
 )
+_GRAPH = re.compile(r"^/providers/Microsoft\.ResourceGraph/resources$", re.IGNORECASE)
 _SKUS = re.compile(r"^/subscriptions/[^/]+/providers/Microsoft\.Compute/skus$", re.IGNORECASE)
 _OPS = re.compile(r"^/subscriptions/[^/]+/providers/Fake/operations/(?P<id>\w+)$")
 _PERMISSIONS = re.compile(
@@ -99,6 +104,7 @@ class FakeArm:
         self.spot_scores: dict[tuple[str, str, str], str] = {}
         self.score_calls: list[Any] = []
         self.fail_scores = False
+        self.graph = ResourceGraph()  # Spot eviction-rate bands (fake_graph.py)
         self.fail_create: ArmError | None = None
         self.fail_later: tuple[str, str] | None = None  # (code, message) for the next create
         self.capacity: dict[str, int] = {}  # VM size -> allocations left (absent: no limit)
@@ -137,6 +143,7 @@ class FakeArm:
             self.actions, self.not_actions = ["*"], []
             self.images = {("microsoft-dsvm", "ubuntu-hpc", "2204")}
             self.list_without_instance_view = False
+            self.graph.reset()
 
     def rid(self, rg: str, type_: str, name: str) -> str:
         ns, t = _TYPES[type_.lower()]
@@ -282,6 +289,8 @@ class FakeArm:
                     if sku in sizes and loc in (body or {}).get("desiredLocations", [])
                 ]  # fmt: skip
                 return 200, {**(body or {}), "placementScores": rows}, {}
+            if _GRAPH.match(path) and method == "POST":
+                return self.graph.answer(body)
             if _PERMISSIONS.match(path):
                 return 200, {"value": [{"actions": list(self.actions),
                                         "notActions": list(self.not_actions),

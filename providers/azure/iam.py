@@ -2,11 +2,11 @@
 the README ships (role-definition.json) can be checked against the calls the code really
 makes, and `spotwise doctor` can compare it with the caller's permissions on the resource
 group. Action names are Azure's "Azure resource provider operations" (Microsoft.Compute,
-Microsoft.Network, Microsoft.ManagedIdentity); what a PUT body adds (joining a NIC, a
-subnet or a public IP, creating the managed OS disk, assigning a user-assigned identity,
-putting a gang's VM into its proximity placement group)
-follows the built-in Virtual Machine Contributor and Network Contributor definitions and
-"Create a virtual machine" permissions in the Azure docs. Pure data and functions.
+Microsoft.Network, Microsoft.ManagedIdentity, Microsoft.ResourceGraph); what a PUT body adds
+(joining a NIC, a subnet or a public IP, creating the managed OS disk, assigning a
+user-assigned identity, putting a gang's VM into its proximity placement group) follows the
+built-in Virtual Machine Contributor and Network Contributor definitions and "Create a
+virtual machine" permissions in the Azure docs. Pure data and functions.
 """
 
 from __future__ import annotations
@@ -41,6 +41,10 @@ def actions(method: str, path: str, body: Mapping[str, Any] | None = None) -> se
         return {"Microsoft.Compute/skus/read"}
     if re.search(r"/placementScores/spot/generate$", path, re.I):
         return {"Microsoft.Compute/locations/placementScores/generate/action"}
+    if re.search(r"^/providers/Microsoft\.ResourceGraph/resources$", path, re.I):
+        # "Submits a query on resources within specified subscriptions, management groups or
+        # tenant scope" (Microsoft.ResourceGraph operations); the Reader role holds it.
+        return {"Microsoft.ResourceGraph/resources/read"}
     if re.search(r"/artifacttypes/vmimage/offers/[^/]+/skus/[^/]+/versions$", path, re.I):
         return {"Microsoft.Compute/locations/publishers/artifacttypes/offers/skus/versions/read"}
     if re.search(r"/providers/(Fake|Microsoft\.Network/locations/[^/]+)/operations/", path, re.I):

@@ -20,7 +20,7 @@ from providers.azure.gangs import MAX_GANG
 from providers.azure.instances import Instances, vm_name
 from providers.azure.offerings import Offerings
 from providers.azure.prices import RetailPrices
-from providers.azure.risk import PlacementScores
+from providers.azure.risk import EvictionRates, PlacementScores
 from providers.azure.settings import AzureSettings
 from providers.base import Capabilities, Offering, RiskSignal
 from providers.preflight import Check
@@ -72,10 +72,12 @@ class AzureProvider(CloudAdapter):
         )
         super().__init__(api, Offerings(api, prices), Instances(api, owner))
         self._scores = PlacementScores(api.compute, settings.subscription_id, api.now, api.emit)
+        self._evictions = EvictionRates(api.compute, api.now, api.emit)
 
     def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
-        """Spot placement scores per zone and size (risk.py: cached, rate-kept)."""
-        return self._scores.signals(offerings)
+        """Spot placement scores per zone and size, and eviction-rate bands per location and
+        size (risk.py: cached, rate-kept); scheduler.core.hazard picks between them."""
+        return self._scores.signals(offerings) + self._evictions.signals(offerings)
 
     def preflight(self) -> list[Check]:
         """`spotwise doctor`: this subscription checked before the first job (preflight.py)."""

@@ -52,3 +52,18 @@ GPU_WAIT = timedelta(seconds=600)
 # and the scores move slowly.
 RISK_REFRESH = timedelta(hours=1)
 RISK_CALLS_PER_POLL = 10
+
+# Spot eviction-rate bands (Resource Graph's SpotResources): Microsoft computes them over "the
+# last 28 trailing days", so they move slowly; ONE query asks for every (location, size) the
+# offerings need, at most once per EVICTION_REFRESH and at most EVICTION_QUERIES_PER_POLL per
+# price poll (a new set of locations and sizes is a new query). Resource Graph throttles
+# each user to 15 queries per 5-second window ("Guidance for throttled requests in Azure
+# Resource Graph": x-ms-user-quota-remaining, x-ms-user-quota-resets-after 00:00:05); one
+# query per poll leaves that quota to the operator's own queries. A refused query leaves the
+# pools on their placement scores until EVICTION_REFRESH has passed.
+EVICTION_REFRESH = timedelta(hours=6)
+EVICTION_QUERIES_PER_POLL = 1
+# Rows per Resource Graph page (its maximum $top) and pages per query: GPU sizes times
+# locations stay well under one page; the bound keeps a runaway answer from looping.
+GRAPH_PAGE_ROWS = 1000
+GRAPH_MAX_PAGES = 5

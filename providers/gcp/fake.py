@@ -6,6 +6,8 @@ lists and SKU lists with paging, list filters (`name eq "re"`, `labels.k = "v"`,
 `operationType = "x"`), instances.insert with requestId dedup and name conflicts,
 operations that finish on a later read (with delayed errors), preemption and deletion as
 zone operations. Prices are us-central1 figures from shared/data/catalog/gcp_vms.csv.
+Risk data: advice.capacity (`advice`, `fail_advice`) and advice.capacityHistory
+(`history`, `fail_history`), in compute_v1's response shapes.
 
 Gangs: instances.bulkInsert (count, minCount, perInstanceProperties, instanceProperties
 with short names; all or nothing: a zone short of capacity fails the operation with
@@ -34,7 +36,7 @@ import itertools
 import json
 import re
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -115,6 +117,10 @@ class FakeGcp:
         self.advice: dict[tuple[str, str], tuple[float, str]] = {}
         self.advice_calls: list[tuple[str, dict[str, Any]]] = []
         self.fail_advice = False
+        # advice.capacityHistory: (zone, machine type) -> daily preemption shares, oldest first
+        self.history: dict[tuple[str, str], list[float]] = {}
+        self.history_calls: list[tuple[str, dict[str, Any]]] = []
+        self.fail_history: tuple[int, str] | None = None  # (HTTP status, reason) to answer
         self._ids = itertools.count(1000)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -140,6 +146,7 @@ class FakeGcp:
             self.policies.clear()
             self.fail_skus = False
             self.advice, self.advice_calls, self.fail_advice = {}, [], False
+            self.history, self.history_calls, self.fail_history = {}, [], None
             self.skus = default_skus()
             self.granted = None
             self.quota_headers.clear()
@@ -530,6 +537,33 @@ class FakeGcp:
                     })  # fmt: skip
         return 200, {"recommendations": recs[:1]}
 
+    def _history(self, region: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """advice.capacityHistory, in compute_v1's CapacityHistoryResponse shape (and the REST
+        reference's: machineType, location as a zone URL, preemptionHistory of {interval:
+        {startTime, endTime}, preemptionRate}), one record a day ending today, days cut at
+        midnight Pacific Time (08:00Z). `history` maps (zone, machine type) to the daily
+        shares; an unlisted pair answers no records; `fail_history` answers an error."""
+        self.history_calls.append((region, body))
+        if self.fail_history is not None:
+            status, reason = self.fail_history
+            return _error(status, reason, f"capacityHistory refused ({reason})")
+        machine = body.get("instanceProperties", {}).get("machineType", "")
+        zone = body.get("locationPolicy", {}).get("location", "").rsplit("/", 1)[-1]
+        shares = self.history.get((zone, machine), [])
+        today = datetime.now(UTC).replace(hour=8, minute=0, second=0, microsecond=0)
+        days = [today - timedelta(days=len(shares) - 1 - i) for i in range(len(shares))]
+        stamp = "%Y-%m-%dT%H:%M:%SZ"
+        return 200, {
+            "machineType": machine,
+            "location": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/zones/{zone}",
+            "preemptionHistory": [
+                {"interval": {"startTime": d.strftime(stamp),
+                              "endTime": (d + timedelta(days=1)).strftime(stamp)},
+                 "preemptionRate": r}
+                for d, r in zip(days, shares, strict=True)
+            ],
+        }  # fmt: skip
+
     def route(self, method: str, path: str, q: dict[str, list[str]], body: Any) -> tuple[int, Any]:
         with self.lock:
             self.log.append((method, path, q, body))
@@ -550,6 +584,11 @@ class FakeGcp:
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/regions/([^/]+)/advice/capacity", path)
             if m and method == "POST":
                 return self._advice(m.group(2), body or {})
+            m = re.fullmatch(
+                r"/compute/v1/projects/([^/]+)/regions/([^/]+)/advice/capacityHistory", path
+            )
+            if m and method == "POST":
+                return self._history(m.group(2), body or {})
             m = re.fullmatch(r"/compute/v1/projects/([^/]+)/aggregated/(\w+)", path)
             if m and method == "GET":
                 return 200, self._aggregated(m.group(2), q)

@@ -5,7 +5,9 @@ README ships (iam-role.json) can be checked against the calls the code really ma
 The permissions of each method are Compute Engine's API reference ("IAM Permissions" of
 instances.insert, .bulkInsert, .setLabels, .get, .list, .aggregatedList, .delete,
 resourcePolicies.insert, .list and .delete, zoneOperations.list and .get,
-machineTypes and acceleratorTypes .aggregatedList, images.getFromFamily) and of "Create a VM
+machineTypes and acceleratorTypes .aggregatedList, images.getFromFamily, advice.capacity
+and advice.capacityHistory: compute.advice.capacity and compute.advice.capacityHistory, both
+in roles/compute.viewer) and of "Create a VM
 instance" (what a request body adds: metadata -> compute.instances.setMetadata, labels ->
 setLabels, a service account -> setServiceAccount and iam.serviceAccounts.actAs, a new boot
 disk -> compute.disks.create, a subnetwork or network -> compute.subnetworks.use, an
@@ -43,6 +45,11 @@ _CALLS: tuple[tuple[str, re.Pattern[str], tuple[str, ...]], ...] = tuple(
         ("GET", r"/global/images/family/[^/]+$", ("compute.images.getFromFamily",)),
         ("GET", r"/global/images/[^/]+$", ("compute.images.get",)),
         ("POST", r"/regions/[^/]+/advice/capacity$", ("compute.advice.capacity",)),
+        (
+            "POST",
+            r"/regions/[^/]+/advice/capacityHistory$",
+            ("compute.advice.capacityHistory",),
+        ),
         ("GET", r"^/v1/services/[^/]+/skus$", ()),
         ("POST", r"^/v1/projects/[^/:]+:testIamPermissions$", ()),
     )

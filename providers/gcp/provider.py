@@ -18,7 +18,7 @@ from providers.gcp.api import Api
 from providers.gcp.gangs import MAX_GANG
 from providers.gcp.instances import Instances, instance_name, request_id
 from providers.gcp.offerings import Offerings
-from providers.gcp.risk import CapacityAdvice
+from providers.gcp.risk import CapacityAdvice, CapacityHistory
 from providers.gcp.settings import GcpSettings
 from providers.preflight import Check
 
@@ -62,17 +62,20 @@ class GcpProvider(CloudAdapter):
         self.owner = owner
         api = Api(settings, credentials, clock)
         super().__init__(api, Offerings(api), Instances(api, owner, CAPABILITIES))
-        self._advice = CapacityAdvice(
+        advice = (
             lambda: api.compute("AdviceClient"),
             lambda: settings.project,
             api.now,
             api.emit,
             lambda: api.timeout,
         )
+        self._advice = CapacityAdvice(*advice)
+        self._history = CapacityHistory(*advice)
 
     def risk_signals(self, offerings: Sequence[Offering]) -> list[RiskSignal]:
-        """Estimated Spot uptime per zone and shape (risk.py: cached, rate-kept)."""
-        return self._advice.signals(offerings)
+        """Estimated Spot uptime and the recent preemption share per zone and shape (risk.py:
+        cached, rate-kept); scheduler.core.hazard picks between them."""
+        return self._advice.signals(offerings) + self._history.signals(offerings)
 
     def preflight(self) -> list[Check]:
         """`spotwise doctor`: this project checked before the first job (preflight.py)."""

@@ -39,6 +39,16 @@ SHUTDOWN_WINDOW = timedelta(seconds=30)
 RISK_REFRESH = timedelta(hours=6)
 RISK_CALLS_PER_POLL = 10
 
+# Capacity history (advice.capacityHistory): GCE cuts it in days ("the daily preemption
+# rates ... over the past 30 days", boundaries at midnight Pacific Time; only the current
+# day's figure still moves), so each (zone, machine type) is asked at most once per
+# HISTORY_REFRESH, at most HISTORY_CALLS_PER_POLL new ones per price poll, on the same
+# per-project quota as the advice. A refused call (403 without compute.advice.capacityHistory,
+# 429 out of quota) stops every ask of the project, and a 404 (the API not in that region)
+# every ask of the region, until HISTORY_REFRESH has passed.
+HISTORY_REFRESH = timedelta(hours=12)
+HISTORY_CALLS_PER_POLL = 10
+
 # Per HTTP request (google-api-core passes it to requests).
 REQUEST_TIMEOUT = timedelta(seconds=60)
 

@@ -4,6 +4,8 @@ update it."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from sqlmodel import Session
 
@@ -40,6 +42,31 @@ def test_a_cold_pool_is_placed_by_its_clouds_risk_data(make_world):
     assert att.pool == POOL_B
 
 
+def test_the_daemon_records_a_history_or_band_prior_as_it_records_a_score(make_world):
+    # The path every signal takes: the price poll asks the provider's risk_signals and
+    # records each pool's best prior with its source.
+    w = make_world()
+    w.provider.set_offerings(
+        [offering("us-east-1a", price=1.0), offering("us-east-1b", price=1.05)]
+    )
+    w.provider.set_risk(
+        [
+            RiskSignal(POOL_A, RiskKind.GCP_PREEMPTION_HISTORY, 0.2),
+            RiskSignal(POOL_B, RiskKind.AZURE_EVICTION_RATE, 25.0, "20+"),
+            RiskSignal(POOL_B, RiskKind.AZURE_PLACEMENT_SCORE, 0.0, "High"),
+        ]
+    )
+    w.rec.poll_prices()
+    with Session(w.rec.engine) as s:
+        a, b = s.get(PoolState, POOL_A), s.get(PoolState, POOL_B)
+        assert a is not None and b is not None
+        assert (a.prior_rate, a.prior_source) == (pytest.approx(0.25 / 24), "gcp preempted 20%")
+        assert (b.prior_rate, b.prior_source) == (
+            pytest.approx(-math.log(0.75)),
+            "azure eviction 20+%",
+        )
+
+
 def test_without_risk_data_the_cheaper_pool_wins(make_world):
     w = make_world()
     w.provider.set_offerings(
@@ -69,7 +96,7 @@ def test_each_clouds_signal_as_a_rate():
     assert rate(RiskKind.AWS_PLACEMENT_SCORE, 5) > rate(RiskKind.AWS_PLACEMENT_SCORE, 6)  # type: ignore[operator]
     assert rate(RiskKind.AWS_PLACEMENT_SCORE, 0) is None
     assert rate(RiskKind.GCP_ESTIMATED_UPTIME, 10) == pytest.approx(0.0693, abs=1e-4)
-    assert rate(RiskKind.AZURE_EVICTION_RATE, 7.5, "5-10") == pytest.approx(0.075)
+    assert rate(RiskKind.AZURE_EVICTION_RATE, 7.5, "5-10") == pytest.approx(-math.log(0.925))
     assert rate(RiskKind.AZURE_PLACEMENT_SCORE, 0, "High") == pytest.approx(0.03)
     assert rate(RiskKind.AZURE_PLACEMENT_SCORE, 0, "DataNotFoundOrStale") is None
     # The most direct signal wins: an uptime over a score for the same pool.

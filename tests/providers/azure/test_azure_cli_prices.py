@@ -4,6 +4,7 @@ with a config pointing at the loopback fakes; the config section is validated.""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -122,3 +123,30 @@ subnet_id = {{ eastus = "/subscriptions/x/subnets/a" }}
     with pytest.raises(UserError) as info:
         parse_config(text)
     assert "westus2" in str(info.value)
+
+
+@pytest.mark.slow
+def test_prices_wide_names_the_eviction_band_of_each_spot_pool(arm, prices, rg, tmp_path):
+    from scheduler.cli.app import app
+
+    size = "Standard_NC4as_T4_v3"
+    arm.graph.bands[("eastus", size.lower())] = "5-10"
+    arm.spot_scores[("eastus", size, "1")] = "High"  # the band wins over the score
+    arm.spot_scores[("westus2", size, "1")] = "Low"  # no band there: the score speaks
+    try:
+        cfg = write_config(tmp_path, arm.url, prices.url, rg)
+        result = CliRunner().invoke(
+            app, ["prices", "--cloud", "azure", "-o", "wide", "--limit", "200", "-c", str(cfg)]
+        )
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert "HAZARD/H" in lines[0] and "FROM" in lines[0]
+        rows = [ln.split() for ln in lines if ln.startswith("azure") and f" {size} " in ln]
+        east = [c for c in rows if c[1].startswith("eastus-") and "spot" in c]
+        assert east and all(c[-3:] == ["azure", "eviction", "5-10%"] for c in east)
+        assert all(c[-4] == f"{-math.log(0.925):.3f}" for c in east)
+        west = {c[1]: c for c in rows if c[1].startswith("westus2-") and "spot" in c}
+        assert west["westus2-1"][-3:] == ["azure", "score", "Low"]
+        assert arm.graph.calls and len(arm.graph.calls) == 1
+    finally:
+        arm.spot_scores.clear()

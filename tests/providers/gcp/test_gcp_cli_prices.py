@@ -65,3 +65,34 @@ def test_prices_cli_lists_live_gcp_offerings(fake: FakeGcp, tmp_path: Path) -> N
         app, ["prices", "--cloud", "gcp", "--gpu", "L4", "-o", "json", "-c", str(cfg)]
     )
     assert {r["gpu_model"] for r in json.loads(only.stdout)["offerings"]} == {"L4"}
+
+
+@pytest.mark.slow
+def test_prices_wide_names_the_history_where_it_is_the_pools_prior(
+    fake: FakeGcp, tmp_path: Path
+) -> None:
+    from scheduler.cli.app import app
+
+    fake.history[("us-central1-a", "g2-standard-4")] = [0.5, 0.5]
+    fake.advice[("us-central1-a", "g2-standard-4")] = (0.8, "36000s")  # the uptime wins there
+    fake.history[("us-central1-b", "g2-standard-4")] = [0.1, 0.3]
+    cfg = write_config(tmp_path, fake)
+    result = CliRunner().invoke(app, ["prices", "--cloud", "gcp", "-o", "wide", "-c", str(cfg)])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "HAZARD/H" in lines[0] and "FROM" in lines[0]
+    g2 = [ln.split() for ln in lines if ln.startswith("gcp") and " g2-standard-4 " in ln]
+    by_zone = {cells[1]: cells for cells in g2 if "spot" in cells}
+    assert by_zone["us-central1-b"][-3:] == ["gcp", "preempted", "20%"]
+    assert by_zone["us-central1-b"][-4] == f"{0.25 / 24:.3f}"
+    assert by_zone["us-central1-a"][-3:] == ["gcp", "uptime", "10h"]
+    doc = json.loads(
+        CliRunner().invoke(app, ["prices", "--cloud", "gcp", "-o", "json", "-c", str(cfg)]).stdout
+    )
+    row = next(
+        r for r in doc["offerings"]
+        if r["zone"] == "us-central1-b" and r["instance_type"] == "g2-standard-4"
+        and r["market"] == "spot"
+    )  # fmt: skip
+    assert row["hazard_from"] == "gcp preempted 20%"
+    assert row["hazard_per_hour"] == pytest.approx(0.25 / 24)
