@@ -97,7 +97,7 @@ def test_a_restart_between_placement_and_end_loses_no_claim(make_world, tmp_path
 
 
 def test_a_notice_the_trainer_wrote_is_enough(make_world):
-    w, jid, a = _running(make_world)
+    w, jid, _ = _running(make_world)
     ckpt = w.tmp / "ckpt" / jid
     doc = {"step": 5, "total_steps": 100, "state": "noticed", "attempt": "1",
            "notice": {"source": "gcp", "seen_at": 1.0, "deadline": 151.0}}  # fmt: skip
@@ -131,7 +131,7 @@ def test_without_place_on_notice_the_job_waits_for_the_end(make_world):
     assert len(w.attempts(jid)) == 1
     w.provider.end(a.instance_id, EndReason.INTERRUPTED)
     w.tick(5, n=2)
-    old, new = w.attempts(jid)
+    _, new = w.attempts(jid)
     assert new.replaces is None and not new.claim_pending and _owner(w, jid) == 2
 
 
@@ -145,3 +145,21 @@ def test_nothing_else_fits_leaves_the_job_running_as_it_is(make_world):
     job = w.job(jid)
     assert len(w.attempts(jid)) == 1 and job.state is JobState.RUNNING
     assert not w.events("held")
+
+
+def test_the_old_trainers_exit_record_hands_the_store_over_before_its_instance_goes(make_world):
+    """The instance may outlive its trainer until the cloud reclaims it: the exit record its
+    wrapper wrote says the final save is behind it."""
+    w, jid, a = _running(make_world)
+    w.provider.notice(a.instance_id)
+    w.tick(5)
+    assert _owner(w, jid) == 1
+    exits = w.tmp / "ckpt" / jid / contract.EXITS
+    exits.mkdir(parents=True, exist_ok=True)
+    (exits / "1.json").write_text(contract.exit_doc(1, 75, jid))
+    w.tick(5)
+    old, new = w.attempts(jid)
+    assert old.state is AttemptState.RUNNING  # the cloud has not taken it back yet
+    assert _owner(w, jid) == 2 and not new.claim_pending
+    (ev,) = w.events("store_handed_over")
+    assert "trainer exited (75)" in ev.message

@@ -46,6 +46,7 @@ class Pending:
     job_id: str
     checkpoint_uri: str
     old_id: str | None
+    old_number: int | None
     old_ended: bool
     old_notice_at: datetime | None
     old_provider: str | None
@@ -80,7 +81,7 @@ def read_pending(db: Db, attempt_ids: list[str] | None = None) -> list[Pending]:
     q = (
         sa.select(
             t.c.id, t.c.number, t.c.job_id, jt.c.checkpoint_uri, t.c.created_at, old.c.id,
-            old.c.state, old.c.notice_at, old.c.provider,
+            old.c.state, old.c.notice_at, old.c.provider, old.c.number,
         )
         .join(jt, jt.c.id == t.c.job_id)
         .outerjoin(old, old.c.id == t.c.replaces)
@@ -92,7 +93,7 @@ def read_pending(db: Db, attempt_ids: list[str] | None = None) -> list[Pending]:
         rows = s.execute(q).all()
     return [
         Pending(
-            r[0], r[1], r[2], r[3], r[5], r[5] is None or r[6] == AttemptState.ENDED.value,
+            r[0], r[1], r[2], r[3], r[5], r[9], r[5] is None or r[6] == AttemptState.ENDED.value,
             _utc(r[7]), r[8], r[4],
         )
         for r in rows
@@ -121,21 +122,32 @@ class Handover:
         self.stores = stores
         self._config = config
 
+    def _due(self, p: Pending, clouds: Clouds, cfg: Config, now: datetime) -> str:
+        """Why the claim is due now, "" while the old attempt may still be saving."""
+        if p.old_ended:
+            return f"{p.old_id or 'the attempt it replaced'} has ended"
+        if now >= deadline(p, clouds, cfg):
+            return f"{p.old_id}'s notice window has passed"
+        # The instance may outlive its trainer until the cloud reclaims it: the exit record
+        # the instance's wrapper writes says the final save is behind it.
+        if p.old_number is not None:
+            code = self.stores.exit_code(p.checkpoint_uri, p.old_number, p.job_id)
+            if code is not None:
+                return f"{p.old_id}'s trainer exited ({code})"
+        return ""
+
     def step(self) -> list[str]:
         """Claim the store for every due pending attempt; returns the ids handed the store."""
         pending = read_pending(self.db)
         if not pending:
             return []
         clouds, cfg, now = self._clouds(), self._config(), self.clock.now()
-        due: list[tuple[Pending, str]] = []
-        for p in pending:
-            if p.old_ended:
-                due.append((p, f"{p.old_id or 'the attempt it replaced'} has ended"))
-            elif now >= deadline(p, clouds, cfg):
-                due.append((p, f"{p.old_id}'s notice window has passed"))
         claimed: list[tuple[Pending, str]] = []
-        for p, why in due:  # store I/O, outside every transaction
+        for p in pending:  # store I/O, outside every transaction
             try:
+                why = self._due(p, clouds, cfg, now)
+                if not why:
+                    continue
                 self.stores.claim(p.checkpoint_uri, p.number, p.attempt_id, p.job_id)
             except StoreError as e:
                 log.warning("attempt %s: handing over the store failed: %s", p.attempt_id, e)
