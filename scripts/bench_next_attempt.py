@@ -75,8 +75,14 @@ kill_after = "5s"
 
 def _command() -> list[str]:
     values: dict[str, object] = dict(TINY)
-    values.update({"training.steps": 100_000, "training.step_delay_seconds": 0.05,
-                   "checkpoint.interval_steps": 100_000})  # fmt: skip
+    values.update(
+        {
+            "training.steps": 100_000,
+            "training.step_delay_seconds": 0.05,
+            "checkpoint.interval_steps": 100_000,
+            "preemption.cloud": "local",
+        }
+    )  # fmt: skip  (the market's notice file)
     argv = [sys.executable, "-m", "trainer"]
     for key, value in values.items():
         argv += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
