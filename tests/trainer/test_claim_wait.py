@@ -139,3 +139,25 @@ def test_await_claim_outcomes(tmp_path):
     assert contract.claim_wait({"SPOTWISE_CLAIM_WAIT": "12.5"}) == 12.5
     for bad in ("", "0", "-3", "nan", "inf", "soon"):
         assert contract.claim_wait({"SPOTWISE_CLAIM_WAIT": bad}) is None
+
+
+@pytest.mark.timeout(90)
+def test_preemptible_waits_too(tmp_path):
+    """Your own loop through `trainer.Preemptible` honours the wait the same way."""
+    ckpt = tmp_path / "c"
+    _owner(ckpt, 1)
+    out = subprocess.run(
+        [sys.executable, "-m", "trainer.examples.own_loop", "--steps", "5"],
+        cwd=REPO,
+        env=env(
+            SPOTWISE_JOB_ID=JOB,
+            SPOTWISE_ATTEMPT="2",
+            SPOTWISE_CLAIM_WAIT="1",
+            SPOTWISE_CHECKPOINT_URI=str(ckpt),
+        ),
+        capture_output=True,
+        text=True,
+        timeout=80,
+    )
+    assert out.returncode == EXIT_UNCLAIMED, out.stderr[-2000:]
+    assert sorted(p.name for p in ckpt.iterdir()) == [contract.OWNER]
