@@ -1,7 +1,7 @@
 """Benchmark: signal to the next attempt running, placing on the notice against waiting for
 the end, measured side by side in one run on the local market.
 
-    python scripts/bench_next_attempt.py [--runs 4] [-o json]
+    python scripts/bench_next_attempt.py [--runs 3] [--shapes aws,gcp,azure] [-o json]
 
 For each cloud's notice shape (its window: AWS 120 s, GCP 150 s with `preemption_notice`,
 Azure 30 s; on the local market the window is the market's `grace_period`, in real seconds)
@@ -221,7 +221,7 @@ def bench(runs: int, shapes: dict[str, int]) -> dict[str, Any]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=4, help="runs per shape and mode")
+    ap.add_argument("--runs", type=int, default=3, help="runs per shape and mode")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="of: " + ", ".join(SHAPES))
     ap.add_argument("-o", "--output", choices=("table", "json"), default="table")
     args = ap.parse_args()

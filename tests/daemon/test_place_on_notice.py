@@ -163,3 +163,13 @@ def test_the_old_trainers_exit_record_hands_the_store_over_before_its_instance_g
     assert _owner(w, jid) == 2 and not new.claim_pending
     (ev,) = w.events("store_handed_over")
     assert "trainer exited (75)" in ev.message
+
+
+def test_no_placement_when_this_interruption_fails_the_job(make_world):
+    w, jid, a = _running(make_world, max_preemptions=0)
+    w.provider.notice(a.instance_id)
+    w.tick(5, n=2)
+    assert len(w.attempts(jid)) == 1
+    w.provider.end(a.instance_id, EndReason.INTERRUPTED)
+    w.tick(5, n=2)
+    assert w.job(jid).state is JobState.FAILED and len(w.attempts(jid)) == 1

@@ -142,7 +142,8 @@ class JobController:
             update = self.running.update(job, live, snap.progress, facts, now)
             if update is not None:
                 writes.live.append(update)
-            if self.placing and handover.may_place_beside(job, live, snap, facts, now):
+            limit = self._config().daemon.max_preemptions
+            if self.placing and handover.may_place_beside(job, live, snap, facts, now, limit):
                 self.placement.place(job, facts, now, writes, beside=live)
             return
         last = snap.last.get(job.id)

@@ -30,11 +30,17 @@ def attempt_number(attempt_id: str | None) -> int:
 
 
 def may_place_beside(
-    job: Job, live: Attempt, snap: Snapshot, facts: PassFacts, now: datetime
+    job: Job,
+    live: Attempt,
+    snap: Snapshot,
+    facts: PassFacts,
+    now: datetime,
+    max_preemptions: int | None = None,
 ) -> bool:
     """Whether the job's next attempt is placed now, beside its live one: a single-node job
     that asks for it, running on its only live attempt, which has a notice and was not asked
-    to stop, with a spec that still validates and no back-off."""
+    to stop, with a spec that still validates, no back-off, and an interruption left to
+    recover (`max_preemptions`: the job's, else the daemon's)."""
     if live.nodes != 1 or snap.live_count.get(job.id, 0) != 1:
         return False
     if live.state is not AttemptState.RUNNING or live.stop_requested_at is not None:
@@ -48,6 +54,9 @@ def may_place_beside(
     spec = facts.spec(job.spec_json)
     if not spec.place_on_notice or spec.nodes != 1:
         return False
+    limit = spec.max_preemptions if spec.max_preemptions is not None else max_preemptions
+    if limit is not None and job.recoveries + 1 > limit:
+        return False  # this interruption fails the job: nothing to place
     try:
         progress = snap.progress.progress(job.id)
     except StoreError:
