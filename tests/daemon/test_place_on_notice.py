@@ -173,3 +173,19 @@ def test_no_placement_when_this_interruption_fails_the_job(make_world):
     w.provider.end(a.instance_id, EndReason.INTERRUPTED)
     w.tick(5, n=2)
     assert w.job(jid).state is JobState.FAILED and len(w.attempts(jid)) == 1
+
+
+def test_a_gang_keeps_the_ordinary_path(make_world):
+    """nodes > 1: the gang checkpoints together and is re-placed once it has ended."""
+    w = make_world(gangs={"recovery": "whole"})
+    jid = w.submit(gpus="V100:1", nodes=2, place_on_notice=True)
+    w.tick()
+    (a,) = w.attempts(jid)
+    w.provider.notice(a.instance_id)
+    w.tick()
+    assert len(w.attempts(jid)) == 1  # nothing placed beside the gang
+    w.tick(n=3)
+    first, second = w.attempts(jid)[:2]
+    assert first.end_reason is AttemptEnd.INTERRUPTED
+    assert second.replaces is None and not second.claim_pending
+    assert second.created_at >= first.ended_at
