@@ -283,6 +283,9 @@ class Capabilities:
     placement_groups: bool = False
     # Resources (NICs, disks, addresses) that can outlive their instance and need collecting.
     leaves_resources: bool = False
+    # From an interruption notice to the instance's certain end (in this provider's clock):
+    # the longest an attempt placed beside a noticed one waits for it to finish saving.
+    notice_window: timedelta = timedelta(minutes=2)
 
     def label(self, value: str) -> str:
         """A tag value as this cloud stores it (so the scheduler compares like with like)."""

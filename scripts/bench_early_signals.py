@@ -15,9 +15,9 @@
    on the test split (scheduler/lab/signals_bench.py; the prior is a stand-in derived from
    each trace's past, see there).
 
-What this does not measure: signal to the next attempt running (that needs the daemon to
-launch while the old instance saves, which it does not do: the store's fence lets only one
-attempt write), and anything on a real cloud.
+What this does not measure: signal to the next attempt running (scripts/bench_next_attempt.py,
+with the real daemon on the local market, placing on the notice against after the end), and
+anything on a real cloud.
 """
 
 from __future__ import annotations

@@ -23,12 +23,16 @@ EXIT_PREEMPTED = 75
 """Preempted: a durable checkpoint was written; start the same command again to resume."""
 EXIT_FENCED = 76
 """A newer attempt owns the checkpoint store (``owner.json``); this one stopped untouched."""
+EXIT_UNCLAIMED = 78
+"""Started beside a saving predecessor ($SPOTWISE_CLAIM_WAIT), the store was never handed to
+this attempt in time; nothing was written."""
 
 __all__ = [
     "EXIT_FAILED",
     "EXIT_FENCED",
     "EXIT_OK",
     "EXIT_PREEMPTED",
+    "EXIT_UNCLAIMED",
     "EXIT_USAGE",
     "Preemptible",
     "ignore_stop_signals",

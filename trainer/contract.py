@@ -59,6 +59,9 @@ ENV_NNODES = "SPOTWISE_NNODES"
 ENV_NODE_RANK = "SPOTWISE_NODE_RANK"
 ENV_RDZV_ENDPOINT = "SPOTWISE_RDZV_ENDPOINT"
 ENV_RDZV_ID = "SPOTWISE_RDZV_ID"
+# Set on an attempt placed while the previous one still saves its final checkpoint: seconds
+# to wait at start until owner.json names this attempt, before touching the store.
+ENV_CLAIM_WAIT = "SPOTWISE_CLAIM_WAIT"
 
 # How to write each kind of store, for messages that list what is accepted.
 ACCEPTED_FORMS = (
@@ -73,6 +76,9 @@ EXIT_FENCED = 76  # "another attempt owns the store now: this one must not conti
 # Written by the boot script, never by a job: the instance's GPU never appeared (no NVIDIA
 # driver answered nvidia-smi in time), so the job did not start; place it again elsewhere.
 EXIT_NO_GPU = 77
+# The store was never handed to this attempt within $SPOTWISE_CLAIM_WAIT: it wrote nothing;
+# the daemon counts the attempt as lost and places the job again.
+EXIT_UNCLAIMED = 78
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +267,17 @@ def my_attempt(env: dict[str, str] | None = None) -> int | None:
     """This process's attempt number from the environment (None outside the scheduler)."""
     raw = (env if env is not None else os.environ).get(ENV_ATTEMPT, "")
     return int(raw) if raw.isdigit() else None
+
+
+def claim_wait(env: dict[str, str] | None = None) -> float | None:
+    """Seconds to wait for owner.json to name this attempt ($SPOTWISE_CLAIM_WAIT), or None
+    when the store is this attempt's from the start (unset, empty, not a positive number)."""
+    raw = (os.environ if env is None else env).get(ENV_CLAIM_WAIT, "").strip()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 and seconds == seconds and seconds != float("inf") else None
 
 
 def fenced(owner_text: str | None, attempt: int | None, job_id: str | None = None) -> bool:

@@ -14,6 +14,8 @@ its write. Once tripped it never writes to the store again and exits ``EXIT_FENC
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from trainer import contract
 from trainer.storage import Store
@@ -22,6 +24,54 @@ log = logging.getLogger("trainer.fence")
 # Conditional writes of `latest` retried after a conflict that was not a new owner (the
 # daemon re-claiming for this very attempt after a restart, say).
 ADVANCE_TRIES = 3
+
+
+# How often a waiting attempt reads owner.json (one small read).
+CLAIM_POLL_SECONDS = 0.2
+
+
+def await_claim(
+    store: Store,
+    attempt: int | None,
+    job_id: str | None,
+    seconds: float | None,
+    stop: Callable[[], bool] = lambda: False,
+    poll: float = CLAIM_POLL_SECONDS,
+) -> str:
+    """Wait until ``owner.json`` names this attempt (or a newer one), at most `seconds`.
+
+    An attempt placed while the previous one still writes its final checkpoint is launched
+    before the daemon hands it the store: it must read and write nothing there until then,
+    or it would resume from a checkpoint older than the one being saved. Returns "owned"
+    (go on: resume from ``latest``), "fenced" (a newer attempt or another job owns it),
+    "stopped" (`stop()` said so: a SIGTERM while waiting) or "timeout"."""
+    if seconds is None or attempt is None:
+        return "owned"
+    deadline = time.monotonic() + seconds
+    said = False
+    while True:
+        text = store.read_text(contract.OWNER)
+        owner = contract.owner_attempt(text)
+        if contract.fenced(text, attempt, job_id):
+            return "fenced"
+        if owner == attempt and contract.ours(text, job_id):
+            if said:
+                log.info("owner.json names attempt %d: resuming from latest", attempt)
+            return "owned"
+        if stop():
+            return "stopped"
+        if time.monotonic() >= deadline:
+            return "timeout"
+        if not said:
+            log.info(
+                "waiting up to %.0fs for owner.json to name attempt %d (now %s): the previous "
+                "attempt is still saving",
+                seconds,
+                attempt,
+                owner,
+            )
+            said = True
+        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
 
 
 class Fence:

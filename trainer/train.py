@@ -18,7 +18,16 @@ import torch
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, contract, distributed, factories, rng
+from trainer import (
+    EXIT_FENCED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_UNCLAIMED,
+    contract,
+    distributed,
+    factories,
+    rng,
+)
 from trainer.amp import Precision, bf16_warning
 from trainer.checkpoint import (
     PLANS,
@@ -30,7 +39,7 @@ from trainer.checkpoint import (
 from trainer.config import ConfigError, TrainerConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.data import make_loader, to_device
-from trainer.fence import Fence
+from trainer.fence import Fence, await_claim
 from trainer.interval import IntervalFollower
 from trainer.parallel import (
     CommHook,
@@ -290,6 +299,9 @@ class Trainer:
 
     def run(self) -> int:
         cfg, info = self.cfg, self.info
+        waited = self._await_claim()
+        if waited is not None:
+            return waited
         if self._fenced():
             return EXIT_FENCED
         if contract.ours(self.store.read_text(DONE), self.fence.job_id):
@@ -397,6 +409,38 @@ class Trainer:
             notice = Notice("sigterm", "SIGTERM", None)
         if notice is not None:
             self.progress.update(force=True, state="noticed", notice=notice.record())
+
+    def _await_claim(self) -> int | None:
+        """Placed while the previous attempt still saves ($SPOTWISE_CLAIM_WAIT): touch the
+        store only once owner.json names this attempt; every rank agrees. None to go on,
+        else the exit code (nothing was written)."""
+        outcome = "owned"
+        if self.info.rank == 0:
+            outcome = await_claim(
+                self.store,
+                self.fence.attempt,
+                self.fence.job_id,
+                contract.claim_wait(),
+                stop=lambda: self.sigterm.received,
+            )
+        codes = ("owned", "fenced", "stopped", "timeout")
+        outcome = codes[int(distributed.sum_across([float(codes.index(outcome))], self.info)[0])]
+        if outcome == "owned":
+            return None
+        if outcome == "fenced":
+            return EXIT_FENCED
+        if outcome == "stopped":
+            log.warning("SIGTERM while waiting for the store: exit %d", EXIT_PREEMPTED)
+            return EXIT_PREEMPTED
+        log.error(
+            "owner.json never named attempt %s within %s s ($%s): leaving the store "
+            "untouched, exit %d",
+            self.fence.attempt,
+            os.environ.get(contract.ENV_CLAIM_WAIT),
+            contract.ENV_CLAIM_WAIT,
+            EXIT_UNCLAIMED,
+        )
+        return EXIT_UNCLAIMED
 
     def _fenced(self) -> bool:
         """All ranks agree whether rank 0 saw a newer owner (reads owner.json on rank 0)."""

@@ -43,6 +43,7 @@ CAPABILITIES = Capabilities(
     placement_groups=True,
     # Volumes whose DeleteOnTermination is off outlive the instance; list_tagged shows them.
     leaves_resources=True,
+    notice_window=ttl.NOTICE_WINDOW,
 )
 
 

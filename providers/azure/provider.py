@@ -40,6 +40,7 @@ CAPABILITIES = Capabilities(
     launch_completes_later=True,
     # A gang is N VMs in one proximity placement group, all or nothing (gangs.py).
     max_count=MAX_GANG,
+    notice_window=ttl.NOTICE_WINDOW,
     placement_groups=True,
     # NICs, OS disks and public IPs can outlive their VM.
     leaves_resources=True,

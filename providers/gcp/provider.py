@@ -8,6 +8,7 @@ found again by their deterministic names and labels.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,6 +63,9 @@ class GcpProvider(CloudAdapter):
         self.owner = owner
         api = Api(settings, credentials, clock)
         super().__init__(api, Offerings(api), Instances(api, owner, CAPABILITIES))
+        # The notice asked for at launch (preemptionNoticeDuration) plus the shutdown window.
+        window = settings.preemption_notice + ttl.SHUTDOWN_WINDOW
+        self.capabilities = dataclasses.replace(CAPABILITIES, notice_window=window)
         advice = (
             lambda: api.compute("AdviceClient"),
             lambda: settings.project,

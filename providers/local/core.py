@@ -24,6 +24,7 @@ list_tagged, poll); grace_period and kill_after are always real seconds.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import re
@@ -107,6 +108,11 @@ class MarketCore:
             if (clouds is None or r.cloud in clouds) and (regions is None or r.region in regions)
         ]
         self._by_key = {(r.cloud, r.zone, r.instance_type): r for r in self._rows}
+        # A notice ends within grace_period + kill_after real seconds: in market time, sped up.
+        real = self.settings.grace_period + self.settings.kill_after
+        self.capabilities = dataclasses.replace(
+            type(self).capabilities, notice_window=real * self.settings.speedup
+        )
 
     def _open_state_dir(self, *, self_watch: bool) -> state.MarketTime:
         """Create the state directory's layout, set the epoch once, and record the market's

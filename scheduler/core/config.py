@@ -103,6 +103,10 @@ class DaemonSettings(StrictModel):
     launch_timeout: PositiveDuration = timedelta(minutes=10)
     # Time a job needs to checkpoint and stop; budgets keep this much headroom.
     stop_grace: Duration = timedelta(minutes=2)
+    # A job placed again on a notice while its old instance still saves (`place_on_notice`):
+    # the new attempt's store claim waits for the old attempt to end, at most the cloud's
+    # notice window plus this long.
+    handover_grace: Duration = timedelta(seconds=30)
     # Attempts that may be lost or rejected before the job fails; preemptions draw on their
     # own budget (None: unlimited), as Ray Train's max_failures / max_preemption_failures.
     max_attempts: int = Field(default=3, ge=1, le=1_000_000)

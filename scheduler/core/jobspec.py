@@ -195,6 +195,10 @@ class JobSpec(BaseModel):
     # (jobs without a deadline: a deadline job's policy decides that itself).
     fallback_after: int | None = Field(default=None, ge=1, le=1_000)
     fallback_window: PositiveDuration = timedelta(hours=24)
+    # On an interruption notice, place the next attempt at once, while the old instance still
+    # saves (single-node jobs). The command must wait for the store to name its attempt
+    # ($SPOTWISE_CLAIM_WAIT; `python -m trainer` does), so it is asked for, not assumed.
+    place_on_notice: bool = False
     env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("checkpoint_interval", mode="before")

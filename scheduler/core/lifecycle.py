@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 
 from providers.base import EndReason, FailureKind
 from scheduler.core.states import AttemptEnd, JobState
-from trainer.contract import EXIT_FENCED, EXIT_NO_GPU, EXIT_PREEMPTED
+from trainer.contract import EXIT_FENCED, EXIT_NO_GPU, EXIT_PREEMPTED, EXIT_UNCLAIMED
 
 # Why we stopped an attempt -> how it ended (a trainer that checkpointed on our SIGTERM may
 # exit "preempted"; the reason we asked wins).
@@ -28,6 +28,8 @@ STOP_ENDS = {
     "peer": AttemptEnd.INTERRUPTED,  # another node of the gang was interrupted
     "quarantine": AttemptEnd.FAILED,  # the job failed (quarantined): not a user's cancel
     "max_duration": AttemptEnd.FAILED,  # the job ran past its wall-clock cap
+    # the attempt it was placed beside ended the job (finished, failed, or its limits)
+    "superseded": AttemptEnd.CANCELLED,
 }
 # The stop reason written on a gang when one of its nodes got a notice or ended: the other
 # nodes are told to checkpoint (the trainer's all-reduced stop flag puts every rank on the
@@ -63,6 +65,8 @@ def classify_end(e: Ended) -> AttemptEnd:
         return AttemptEnd.FINISHED
     if e.exit_code == EXIT_NO_GPU:
         return AttemptEnd.LAUNCH_FAILED  # the box never had a working GPU: not the job's fault
+    if e.exit_code == EXIT_UNCLAIMED:
+        return AttemptEnd.LOST  # never handed the store: it did nothing; counts to max_attempts
     if e.exit_code in (EXIT_PREEMPTED, EXIT_FENCED) or e.reason is EndReason.INTERRUPTED:
         return AttemptEnd.INTERRUPTED
     if e.exit_code is not None:

@@ -205,6 +205,7 @@ class Reconciler:
         self._guarded("jobs", step_jobs)
         if intents:
             self.steps("after_intent")
+        self._guarded("handover", self.launches.hand_over)  # deferred claims now due
         self._guarded("launch", lambda: self._launch(intents))
         self._guarded("stop", self.stops.step)  # a stop requested this pass goes out now
         self._guarded("leaks", self.leaks.collect)

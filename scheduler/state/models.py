@@ -148,6 +148,11 @@ class Attempt(SQLModel, table=True):
     # "auto" checkpointing: the interval (seconds) the daemon last told this attempt, at
     # launch and through the store (checkpoint_interval.json).
     checkpoint_interval_s: float | None = None
+    # Placed while an earlier attempt of the job, which had a notice, was still live: that
+    # attempt's id. Its store claim waits (`claim_pending`) until that attempt has ended or
+    # its notice window has passed, so the old trainer's final save always lands first.
+    replaces: str | None = None
+    claim_pending: bool = False
     end_reason: AttemptEnd | None = _enum(AttemptEnd, None)
     exit_code: int | None = None
     detail: str = ""  # why it ended, in words (launch failures, lost)

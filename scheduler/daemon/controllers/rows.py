@@ -34,16 +34,21 @@ def load_by_id(s: Session, model: type[M], ids: Sequence[str]) -> dict[str, M]:
 
 
 def live_job_ids(s: Session, job_ids: Sequence[str]) -> set[str]:
-    """Which of these jobs already have a live attempt (a job never has two)."""
-    out: set[str] = set()
+    """Which of these jobs already have a live attempt."""
+    return set(live_attempt_ids(s, job_ids))
+
+
+def live_attempt_ids(s: Session, job_ids: Sequence[str]) -> dict[str, set[str]]:
+    """job id -> the ids of its live attempts, for those of these jobs that have any (one,
+    or two while an attempt placed on a notice runs beside the noticed one)."""
+    out: dict[str, set[str]] = {}
     for chunk in chunks(job_ids):
-        out.update(
-            s.exec(
-                select(Attempt.job_id).where(
-                    col(Attempt.job_id).in_(chunk), col(Attempt.state).in_(LIVE)
-                )
-            ).all()
-        )
+        for job_id, attempt_id in s.exec(
+            select(Attempt.job_id, Attempt.id).where(
+                col(Attempt.job_id).in_(chunk), col(Attempt.state).in_(LIVE)
+            )
+        ).all():
+            out.setdefault(job_id, set()).add(attempt_id)
     return out
 
 

@@ -36,7 +36,7 @@ from scheduler.daemon.controllers.base import (
     collections_paused,
     safe_message,
 )
-from scheduler.daemon.controllers.job import intervals, signals
+from scheduler.daemon.controllers.job import handover, intervals, signals
 from scheduler.daemon.controllers.job.ends import AttemptEnds
 from scheduler.daemon.controllers.job.holds import BudgetHolds
 from scheduler.daemon.controllers.job.placing import Placement
@@ -102,6 +102,7 @@ class JobController:
         # Store I/O once the database is let go: every read of the pass at once.
         snap.progress = self.progress_reader.read(snap.progress_to_read())
         self.ends.write_next_states(snap, facts.now)
+        self.ends.write_replaced_ends(snap, facts.now)
         intents: list[str] = []
         writes = PassWrites()
         for job in snap.jobs:
@@ -141,6 +142,9 @@ class JobController:
             update = self.running.update(job, live, snap.progress, facts, now)
             if update is not None:
                 writes.live.append(update)
+            limit = self._config().daemon.max_preemptions
+            if self.placing and handover.may_place_beside(job, live, snap, facts, now, limit):
+                self.placement.place(job, facts, now, writes, beside=live)
             return
         last = snap.last.get(job.id)
         fresh: Job | None = job

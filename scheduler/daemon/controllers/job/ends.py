@@ -21,14 +21,22 @@ from sqlmodel import Session
 
 from scheduler.core.config import Config
 from scheduler.core.jobspec import JobSpec
-from scheduler.core.lifecycle import JobFacts, LastAttempt, Limits, backoff_seconds, next_state
+from scheduler.core.lifecycle import (
+    JobFacts,
+    LastAttempt,
+    Limits,
+    Transition,
+    backoff_seconds,
+    next_state,
+)
 from scheduler.core.states import JobState
 from scheduler.daemon.checkpoints import ProgressReads
-from scheduler.daemon.controllers.base import WRITE_BATCH, Db, safe_message
+from scheduler.daemon.controllers.base import LIVE, WRITE_BATCH, Db, safe_message
+from scheduler.daemon.controllers.job.handover import attempt_number
 from scheduler.daemon.controllers.job.running import record_progress
 from scheduler.daemon.controllers.job.snapshot import Snapshot
 from scheduler.daemon.controllers.rows import load_by_id
-from scheduler.daemon.controllers.spend import clear_hold
+from scheduler.daemon.controllers.spend import clear_hold, request_stop
 from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.state.audit import emit
 from scheduler.state.models import Attempt, Job
@@ -80,6 +88,75 @@ class AttemptEnds:
         snap.jobs = [fresh.get(j.id, j) if j.id in written else j for j in snap.jobs]
         snap.jobs = [j for j in snap.jobs if j.id not in written or j.id in fresh]
 
+    def write_replaced_ends(self, snap: Snapshot, now: datetime) -> None:
+        """Attempts that ended while the attempt placed beside them on their notice runs:
+        settled once each (an interruption counted, a failure or a finish acted on), the job
+        left on its new attempt unless that end decides the job (then the new one stops)."""
+        due = [
+            (job, snap.live[job.id], old)
+            for job in snap.jobs
+            if (old := snap.replaced.get(job.id)) is not None
+            and old.end_reason is not None
+            and attempt_number(job.settled_attempt) < old.number
+        ]
+        for job, new, old in due:
+            try:
+                with self.db.write() as s:
+                    row = s.get(Job, job.id)
+                    new_row = s.get(Attempt, new.id)
+                    if row is not None and new_row is not None:
+                        self._settle_replaced(s, row, old, new_row, now)
+            except CrashForTest:
+                raise
+            except Exception as e:  # this job alone; its next pass tries again
+                log.warning("job %s: settling %s failed: %s", job.id, old.id, safe_message(e))
+
+    def _settle_replaced(
+        self, s: Session, job: Job, old: Attempt, new: Attempt | None, now: datetime
+    ) -> bool:
+        """Act on `old`'s end while `new` (placed beside it) is the job's attempt. True when
+        that end decided the job (finished, failed, a limit reached), False when the job
+        goes on with `new`."""
+        if attempt_number(job.settled_attempt) >= old.number or job.state.terminal:
+            return job.state.terminal
+        t = self._transition(job, old)
+        job.settled_attempt = old.id
+        job.recoveries += t.recoveries
+        job.failures += t.failures
+        job.updated_at = now
+        if t.state in (JobState.PENDING, JobState.RECOVERING):
+            emit(
+                s,
+                now,
+                t.event,
+                f"{t.reason}; its next attempt was placed on the notice",
+                job_id=job.id,
+                attempt_id=old.id,
+                level=t.level,
+            )
+            s.add(job)
+            return False
+        job.state, job.reason = t.state, t.reason
+        s.add(job)
+        emit(s, now, t.event, t.reason, job_id=job.id, attempt_id=old.id, level=t.level)
+        if new is not None and new.state in LIVE and new.stop_requested_at is None:
+            request_stop(s, new, "budget" if t.state is JobState.HELD else "superseded", now)
+        if job.state.terminal:
+            self._forget(job.id)
+        return True
+
+    def _transition(self, job: Job, last: Attempt) -> Transition:
+        cfg = self._config().daemon
+        assert last.end_reason is not None
+        return next_state(
+            JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
+            LastAttempt(
+                last.id, last.end_reason, last.pool, last.exit_code, last.detail,
+                last.stop_reason,
+            ),
+            Limits(cfg.max_attempts, job_max_preemptions(job, cfg.max_preemptions)),
+        )  # fmt: skip
+
     def write_next_state_alone(
         self, job: Job, last: Attempt, now: datetime, reads: ProgressReads
     ) -> None:
@@ -102,16 +179,14 @@ class AttemptEnds:
         if job.settled_attempt == last.id or job.state.terminal:
             return
         record_progress(job, progress)
+        if last.replaces is not None:
+            # Placed beside an attempt whose end was not acted on yet: that end first, once.
+            old = s.get(Attempt, last.replaces)
+            ended = old is not None and old.end_reason is not None
+            if ended and self._settle_replaced(s, job, old, None, now):  # type: ignore[arg-type]
+                return
         cfg = self._config().daemon
-        assert last.end_reason is not None
-        t = next_state(
-            JobFacts(job.state, job.cancel_requested, job.recoveries, job.failures),
-            LastAttempt(
-                last.id, last.end_reason, last.pool, last.exit_code, last.detail,
-                last.stop_reason,
-            ),
-            Limits(cfg.max_attempts, job_max_preemptions(job, cfg.max_preemptions)),
-        )  # fmt: skip
+        t = self._transition(job, last)
         job.settled_attempt = last.id
         job.recoveries += t.recoveries
         job.failures += t.failures

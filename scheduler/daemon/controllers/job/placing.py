@@ -25,7 +25,7 @@ from scheduler.daemon.controllers.job.holds import budget_to_hold_under
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.job.writes import Hold, Intent, PassWrites
 from scheduler.state.audit import emit
-from scheduler.state.models import Job
+from scheduler.state.models import Attempt, Job
 
 
 class Placement:
@@ -36,11 +36,24 @@ class Placement:
         self._config = config
         self._planner = planner
 
-    def place(self, job: Job, facts: PassFacts, now: datetime, writes: PassWrites) -> None:
-        """Decide where `job` goes (pure); the intent is written with the pass's batch."""
+    def place(
+        self,
+        job: Job,
+        facts: PassFacts,
+        now: datetime,
+        writes: PassWrites,
+        beside: Attempt | None = None,
+    ) -> None:
+        """Decide where `job` goes (pure); the intent is written with the pass's batch.
+
+        `beside`: the job's live attempt, which has a notice (`place_on_notice`): the next
+        attempt is placed now, away from that pool, while it saves. When nothing fits, the
+        job is left as it is (it is running): it is placed again once that attempt ends."""
         spec = facts.spec(job.spec_json)
         req = facts.requirements(spec)
         ctx = facts.placement_context(job, spec, now, self._config().policy.restart_overhead)
+        if beside is not None:
+            ctx = replace(ctx, avoid_pools=ctx.avoid_pools | {beside.pool})
         fallback = fallen_back(spec, facts.interrupted_at.get(job.id, ()), now)
         if fallback:
             ctx = replace(ctx, markets=frozenset({Market.ON_DEMAND}))
@@ -50,10 +63,13 @@ class Placement:
                     s, self._planner(), now, deadline_job(job, spec, now), req, facts.catalog, ctx
                 )
             if advice.context is None:
-                writes.explain(job, advice.reason, now)
+                if beside is None:
+                    writes.explain(job, advice.reason, now)
                 return
             ctx = advice.context
         decision = place(req, facts.catalog, ctx, facts.memo)
+        if decision.offering is None and beside is not None:
+            return  # running on: the ordinary recovery places it once the attempt ends
         if decision.offering is None:
             rejected = facts.rejected.get(job.id)
             if rejected:
@@ -77,7 +93,8 @@ class Placement:
             rate = facts.rates.get(o.pool, self._config().policy.spot_interruption_prior)
             spot = o.market is Market.SPOT
             interval = spec.interval_at(rate if spot else 0.0).total_seconds()
-        writes.intents.append(Intent(job.id, o, now, decision.nodes, note, interval))
+        replaces = beside.id if beside is not None else None
+        writes.intents.append(Intent(job.id, o, now, decision.nodes, note, interval, replaces))
         # The next job in this pass sees the smaller headroom (the launch reserves its burn,
         # N x the price for a gang).
         facts.statuses = [

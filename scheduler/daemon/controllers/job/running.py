@@ -139,6 +139,9 @@ class RunningJobs:
             job_w.step_failures, job_w.last_error = 0, ""
         if job_w.cancel_requested and a_w.stop_requested_at is None:
             request_stop(s, a_w, "cancel", now)
+            old = s.get(Attempt, a_w.replaces) if a_w.replaces else None
+            if old is not None and old.state in LIVE and old.stop_requested_at is None:
+                request_stop(s, old, "cancel", now)  # the noticed one it was placed beside
             emit(
                 s,
                 now,

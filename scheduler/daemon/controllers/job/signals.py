@@ -32,15 +32,29 @@ from scheduler.state.models import Attempt, Job
 EARLY_STOP = "rebalance"
 
 
-def _record(progress: dict[str, Any] | None, key: str) -> dict[str, Any] | None:
+def _record(
+    progress: dict[str, Any] | None, key: str, a: Attempt | None = None
+) -> dict[str, Any] | None:
+    """The record `key` progress.json names, when it was written by attempt `a` (or names no
+    attempt): an attempt placed beside a noticed one must not take that one's notice."""
     doc = (progress or {}).get(key)
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    writer = (progress or {}).get("attempt")
+    if a is not None and writer not in (None, "") and str(writer) != str(a.number):
+        return None
+    return doc
+
+
+def notice_in(a: Attempt, progress: dict[str, Any] | None) -> bool:
+    """Whether the attempt has a notice: recorded, or named by its trainer in progress.json."""
+    return a.notice_at is not None or _record(progress, "notice", a) is not None
 
 
 def news(a: Attempt, progress: dict[str, Any] | None) -> bool:
     """True when progress.json names a notice or an early signal the attempt lacks."""
-    return (a.notice_at is None and _record(progress, "notice") is not None) or (
-        a.early_signal_at is None and _record(progress, "early_signal") is not None
+    return (a.notice_at is None and _record(progress, "notice", a) is not None) or (
+        a.early_signal_at is None and _record(progress, "early_signal", a) is not None
     )
 
 
@@ -54,7 +68,7 @@ def record(
 ) -> None:
     """The notice and early signal progress.json names, at this pass's time (the trainer's
     clock is not the daemon's: a sped-up market runs ahead of the wall)."""
-    notice = _record(progress, "notice")
+    notice = _record(progress, "notice", a)
     if notice is not None and a.notice_at is None:
         a.notice_at = now
         emit(
@@ -67,7 +81,7 @@ def record(
             attempt_id=a.id,
             level="warning",
         )
-    early = _record(progress, "early_signal")
+    early = _record(progress, "early_signal", a)
     if early is not None and a.early_signal_at is None:
         a.early_signal_at = now
         emit(

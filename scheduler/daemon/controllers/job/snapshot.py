@@ -189,8 +189,12 @@ class Snapshot:
     the pass read for them from their checkpoint stores."""
 
     jobs: list[Job]
-    live: dict[str, Attempt]  # job id -> its live attempt
+    live: dict[str, Attempt]  # job id -> its newest live attempt
     last: dict[str, Attempt]  # job id -> its highest-numbered attempt
+    # job id -> how many live attempts it has (two while one is placed beside a noticed one)
+    live_count: dict[str, int] = field(default_factory=dict)
+    # job id -> the attempt its newest live attempt was placed beside (`Attempt.replaces`)
+    replaced: dict[str, Attempt] = field(default_factory=dict)
     # job ids whose next state this pass wrote in a batch, before the per-job steps
     next_state_written: set[str] = field(default_factory=set)
     progress: ProgressReads = field(default_factory=ProgressReads)
@@ -335,6 +339,7 @@ def read_snapshot(
     interrupted_at: dict[str, list[datetime]] = {}
     joined = col(Attempt.job_id) == col(Job.id)
     live: dict[str, Attempt] = {}
+    live_count: dict[str, int] = {}
     last: dict[str, Attempt] = {}
     avoid: dict[str, set[str]] = {}
     rejected: dict[str, dict[str, str]] = {}
@@ -343,7 +348,10 @@ def read_snapshot(
         for a in s.exec(
             select(Attempt).join(Job, joined).where(active, col(Attempt.state).in_(LIVE))
         ).all():
-            live.setdefault(a.job_id, a)
+            seen = live.get(a.job_id)
+            if seen is None or a.number > seen.number:
+                live[a.job_id] = a
+            live_count[a.job_id] = live_count.get(a.job_id, 0) + 1
         top = (
             select(col(Attempt.job_id).label("job_id"), func.max(Attempt.number).label("n"))
             .join(Job, joined)
@@ -382,7 +390,12 @@ def read_snapshot(
             .order_by(col(Attempt.number))
         ).all():
             rejected.setdefault(job_id, {})[provider] = detail or "rejected"
+    replaced: dict[str, Attempt] = {}
+    wanted = {a.replaces: job_id for job_id, a in live.items() if a.replaces}
+    for ids in _chunks(sorted(wanted)):
+        for a in s.exec(select(Attempt).where(col(Attempt.id).in_(ids or []))).all():
+            replaced[wanted[a.id]] = a
     facts.avoid = {j: frozenset(p) for j, p in avoid.items()}
     facts.rejected = rejected
     facts.interrupted_at = interrupted_at
-    return Snapshot(jobs, live, last)
+    return Snapshot(jobs, live, last, live_count=live_count, replaced=replaced)

@@ -26,7 +26,7 @@ from scheduler.core.states import AttemptState, JobState
 from scheduler.daemon.controllers.base import CatalogHolder, Db, safe_message
 from scheduler.daemon.controllers.job.snapshot import PassFacts
 from scheduler.daemon.controllers.rows import chunks as id_chunks
-from scheduler.daemon.controllers.rows import live_job_ids, load_by_id, table_of
+from scheduler.daemon.controllers.rows import live_attempt_ids, load_by_id, table_of
 from scheduler.daemon.hooks_for_tests import CrashForTest
 from scheduler.state.audit import emit_many, event
 from scheduler.state.models import Attempt, Job
@@ -44,6 +44,9 @@ class Intent:
     nodes: int = 1  # instances to launch (fewer than asked: an elastic gang shrank)
     note: str = ""  # why it is not the plain choice (a gang shrank, on-demand after fallback)
     checkpoint_interval_s: float | None = None  # "auto" checkpointing: the first interval
+    # Placed beside this live attempt of the job, which has a notice: the new attempt's store
+    # claim waits until that one has ended (or its notice window has passed).
+    replaces: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +166,18 @@ class DecisionWriter:
             if writes.intents:
                 want = [i.job_id for i in writes.intents]
                 heads = _job_heads(s, want)
-                busy = live_job_ids(s, want)
+                busy = live_attempt_ids(s, want)
                 for it in writes.intents:
                     head = heads.get(it.job_id)
-                    if head is None or head.state not in (JobState.PENDING, JobState.RECOVERING):
+                    if head is None:
                         continue
-                    if head.id in busy:
-                        continue  # never two live attempts for one job
+                    if it.replaces is None:
+                        if head.state not in (JobState.PENDING, JobState.RECOVERING):
+                            continue
+                        if head.id in busy:
+                            continue  # never two live attempts for one job, but on a notice
+                    elif head.state is not JobState.RUNNING or busy.get(head.id) != {it.replaces}:
+                        continue  # the noticed attempt ended, or one was placed beside it
                     row, job_values = self._intent_row(head, it)
                     made.append(row)
                     launching.append(job_values)
@@ -220,6 +228,8 @@ class DecisionWriter:
         reason = f"launching {gang}on {o.pool} at ${o.price_per_hour:.2f}/h"
         if it.note:
             reason += f" ({it.note})"
+        if it.replaces is not None:
+            reason += f", beside {it.replaces} (noticed; the store is handed over once it saved)"
         attempt = {
             "id": attempt_id,
             "job_id": job.id,
@@ -235,6 +245,8 @@ class DecisionWriter:
             "price_per_hour": o.price_per_hour,
             "billed_price": o.price_per_hour,
             "checkpoint_interval_s": it.checkpoint_interval_s,
+            "replaces": it.replaces,
+            "claim_pending": it.replaces is not None,
             "gpu_count": o.gpu_count,
             "nodes": it.nodes,
             "state": AttemptState.LAUNCHING,

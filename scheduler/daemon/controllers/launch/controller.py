@@ -46,6 +46,7 @@ from scheduler.daemon.controllers.gang import (
 )
 from scheduler.daemon.controllers.launch.adoption import Adoption
 from scheduler.daemon.controllers.launch.claims import claim_stores, stamp_launch_requested
+from scheduler.daemon.controllers.launch.handover import Handover, claim_wait, read_pending
 from scheduler.daemon.controllers.launch.records import (
     LaunchOutcome,
     LaunchRecords,
@@ -83,6 +84,7 @@ _LAUNCH_COLUMNS = (
     "launch_requested_at",
     "created_at",
     "checkpoint_interval_s",
+    "claim_pending",
 )
 
 
@@ -108,6 +110,7 @@ class LaunchController:
         self.requests = LaunchRequests(stores, catalog, config, install_id)
         self.records = LaunchRecords(db, clock, config)
         self.adoption = Adoption(db, clock, clouds, config, self.records)
+        self.handover = Handover(db, clock, clouds, stores, config)
         # Launch calls past their deadline still on the wire, by attempt (this process's
         # threads: a restarted daemon has none, and adopts by token instead).
         self._in_flight: dict[str, Future[Any]] = {}
@@ -200,9 +203,19 @@ class LaunchController:
         # validates fails its own attempt, with the reason, and holds up no other launch.
         built: dict[str, LaunchRequest] = {}
         memo = RequestMemo()
+        # Placed beside a noticed attempt: no claim now (Handover writes it once that one is
+        # done); the trainer is told how long to wait for it.
+        deferred = [a.id for a, _, _ in ready if a.claim_pending]
+        waits: dict[str, float] = {}
+        if deferred:
+            cfg = self._config()
+            waits = {
+                p.attempt_id: claim_wait(p, clouds, cfg, now)
+                for p in read_pending(self.db, deferred)
+            }
         for a, job, provider in ready:
             try:
-                built[a.id] = self.requests.build(job, a, provider, memo)
+                built[a.id] = self.requests.build(job, a, provider, memo, waits.get(a.id))
             except StoredSpecInvalid as e:
                 failed.append((a.id, AttemptEnd.REJECTED, str(e)))
                 out.append(LaunchOutcome(a.id, launched=False))
@@ -221,7 +234,7 @@ class LaunchController:
             failed.append((a.id, AttemptEnd.FAILED, shared[job.id]))
             out.append(LaunchOutcome(a.id, launched=False))
         ready = [x for x in ready if x[1].id not in shared]
-        claim_errors = claim_stores(self.stores, ready)
+        claim_errors = claim_stores(self.stores, [x for x in ready if x[0].id not in waits])
         requests: dict[str, tuple[str, LaunchRequest]] = {}
         with self.db.write() as s:
             # In the session at once (and held: its identity map is weak), so each s.get below
@@ -294,6 +307,10 @@ class LaunchController:
             del held, jobs, known
         self.step("after_record")
         return out
+
+    def hand_over(self) -> None:
+        """Write the deferred store claims that are due (handover.Handover)."""
+        self.handover.step()
 
     def adopt(self, attempt_ids: Sequence[str]) -> list[str]:
         """Attempts whose launch was asked for but never recorded: adopted by their token

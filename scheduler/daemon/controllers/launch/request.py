@@ -84,10 +84,16 @@ class LaunchRequests:
         self.install_id = install_id  # the database's (state.installation)
 
     def build(
-        self, job: JobView | Job, a: Any, provider: Provider, memo: RequestMemo | None = None
+        self,
+        job: JobView | Job,
+        a: Any,
+        provider: Provider,
+        memo: RequestMemo | None = None,
+        claim_wait_s: float | None = None,
     ) -> LaunchRequest:
         """The launch request for attempt `a` (an Attempt or a row of its columns);
-        StoredSpecInvalid when the job's stored spec no longer validates."""
+        StoredSpecInvalid when the job's stored spec no longer validates. `claim_wait_s`:
+        the store is handed to it later (placed on a notice); its trainer waits this long."""
         memo = RequestMemo() if memo is None else memo
         spec = memo.specs.get(job.spec_json)
         if spec is None:
@@ -125,6 +131,8 @@ class LaunchRequests:
             env[contract.ENV_CHECKPOINT_INTERVAL] = f"{spec.checkpoint_interval.total_seconds():g}"
         elif first := getattr(a, "checkpoint_interval_s", None):
             env[contract.ENV_CHECKPOINT_INTERVAL] = f"{first:.0f}"
+        if claim_wait_s is not None:
+            env[contract.ENV_CLAIM_WAIT] = f"{claim_wait_s:.0f}"
         caps = provider.capabilities
         tags = {
             TAG_JOB: caps.label(job.id),
