@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import socket
 import sqlite3
 import statistics
@@ -212,6 +213,9 @@ def bench(runs: int, shapes: dict[str, int]) -> dict[str, Any]:
                     got[mode]["training"].append(training)
             finally:
                 d.stop()
+                # A bench stopped part-way (Ctrl-C, a timeout's SIGTERM) leaves no instance
+                # running: the market's supervisors outlive the daemon, as a cloud's would.
+                market.terminate([r.ref for r in market.list_tagged("spotwise") if r.live])
             out[shape] = {
                 "window_s": window,
                 **{mode: {k: _summary(v) for k, v in got[mode].items()} for mode in MODES},
@@ -225,6 +229,8 @@ def main() -> None:
     ap.add_argument("--shapes", default=",".join(SHAPES), help="of: " + ", ".join(SHAPES))
     ap.add_argument("-o", "--output", choices=("table", "json"), default="table")
     args = ap.parse_args()
+    # A timeout's SIGTERM unwinds like Ctrl-C, so each shape's `finally` stops what it ran.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     shapes = {s: SHAPES[s] for s in args.shapes.split(",")}
     t0 = time.monotonic()
     doc: dict[str, Any] = {
