@@ -14,11 +14,16 @@ its write. Once tripped it never writes to the store again and exits ``EXIT_FENC
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from trainer import contract
 from trainer.storage import Store
+
+if TYPE_CHECKING:
+    from trainer.distributed import DistInfo
 
 log = logging.getLogger("trainer.fence")
 # Conditional writes of `latest` retried after a conflict that was not a new owner (the
@@ -148,3 +153,36 @@ class Fence:
             f"fenced: {self.store.uri}/{contract.OWNER} names {whom}; leaving "
             f"latest/progress.json/DONE and the steps alone, exit {contract.EXIT_FENCED}"
         )
+
+
+_CLAIM_OUTCOMES = ("owned", "fenced", "stopped", "timeout")
+
+
+def claim_exit(fence: Fence, info: DistInfo, stop: Callable[[], bool]) -> int | None:
+    """`await_claim` on rank 0 for ``$SPOTWISE_CLAIM_WAIT`` seconds, every rank agreeing:
+    None to go on, else the exit code, the store untouched (the trainer and `Preemptible`
+    both start this way)."""
+    from trainer import distributed
+
+    outcome = "owned"
+    if info.rank == 0:
+        outcome = await_claim(
+            fence.store, fence.attempt, fence.job_id, contract.claim_wait(), stop=stop
+        )
+    index = distributed.sum_across([float(_CLAIM_OUTCOMES.index(outcome))], info)[0]
+    outcome = _CLAIM_OUTCOMES[int(index)]
+    if outcome == "owned":
+        return None
+    if outcome == "fenced":
+        return contract.EXIT_FENCED
+    if outcome == "stopped":
+        log.warning("SIGTERM while waiting for the store: exit %d", contract.EXIT_PREEMPTED)
+        return contract.EXIT_PREEMPTED
+    log.error(
+        "owner.json never named attempt %s within %s s ($%s): leaving the store untouched, exit %d",
+        fence.attempt,
+        os.environ.get(contract.ENV_CLAIM_WAIT),
+        contract.ENV_CLAIM_WAIT,
+        contract.EXIT_UNCLAIMED,
+    )
+    return contract.EXIT_UNCLAIMED

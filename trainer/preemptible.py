@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, EXIT_UNCLAIMED, contract, distributed, rng
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, contract, distributed, rng
 from trainer.checkpoint import (
     PLANS,
     RNG_KEY,
@@ -44,7 +44,7 @@ from trainer.checkpoint import (
 )
 from trainer.config import PreemptionConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
-from trainer.fence import Fence, await_claim
+from trainer.fence import Fence, claim_exit
 from trainer.interval import IntervalFollower
 from trainer.launch import record_exit
 from trainer.preemption import SIGTERM, Watcher, make_watcher
@@ -164,31 +164,10 @@ class Preemptible:
 
     def _await_claim(self) -> None:
         """Placed while the previous attempt still saves ($SPOTWISE_CLAIM_WAIT): touch the
-        store only once owner.json names this attempt (see trainer.fence.await_claim)."""
-        outcome = "owned"
-        if self.info.rank == 0:
-            outcome = await_claim(
-                self.store,
-                self.fence.attempt,
-                self.fence.job_id,
-                contract.claim_wait(),
-                stop=lambda: SIGTERM.received,
-            )
-        codes = ("owned", "fenced", "stopped", "timeout")
-        outcome = codes[int(distributed.sum_across([float(codes.index(outcome))], self.info)[0])]
-        if outcome == "fenced":
-            self._exit(EXIT_FENCED)
-        if outcome == "stopped":
-            self._exit(EXIT_PREEMPTED)
-        if outcome == "timeout":
-            log.error(
-                "owner.json never named attempt %s within %s s ($%s): exit %d",
-                self.fence.attempt,
-                os.environ.get(contract.ENV_CLAIM_WAIT),
-                contract.ENV_CLAIM_WAIT,
-                EXIT_UNCLAIMED,
-            )
-            self._exit(EXIT_UNCLAIMED)
+        store only once owner.json names this attempt (trainer.fence.claim_exit)."""
+        code = claim_exit(self.fence, self.info, stop=lambda: SIGTERM.received)
+        if code is not None:
+            self._exit(code)
 
     def _agree(self, flag: bool) -> bool:
         return distributed.sum_across([float(flag)], self.info)[0] > 0

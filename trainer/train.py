@@ -22,7 +22,6 @@ from trainer import (
     EXIT_FENCED,
     EXIT_OK,
     EXIT_PREEMPTED,
-    EXIT_UNCLAIMED,
     contract,
     distributed,
     factories,
@@ -39,7 +38,7 @@ from trainer.checkpoint import (
 from trainer.config import ConfigError, TrainerConfig, env_or
 from trainer.contract import DONE, ENV_CHECKPOINT_URI
 from trainer.data import make_loader, to_device
-from trainer.fence import Fence, await_claim
+from trainer.fence import Fence, claim_exit
 from trainer.interval import IntervalFollower
 from trainer.parallel import (
     CommHook,
@@ -414,33 +413,7 @@ class Trainer:
         """Placed while the previous attempt still saves ($SPOTWISE_CLAIM_WAIT): touch the
         store only once owner.json names this attempt; every rank agrees. None to go on,
         else the exit code (nothing was written)."""
-        outcome = "owned"
-        if self.info.rank == 0:
-            outcome = await_claim(
-                self.store,
-                self.fence.attempt,
-                self.fence.job_id,
-                contract.claim_wait(),
-                stop=lambda: self.sigterm.received,
-            )
-        codes = ("owned", "fenced", "stopped", "timeout")
-        outcome = codes[int(distributed.sum_across([float(codes.index(outcome))], self.info)[0])]
-        if outcome == "owned":
-            return None
-        if outcome == "fenced":
-            return EXIT_FENCED
-        if outcome == "stopped":
-            log.warning("SIGTERM while waiting for the store: exit %d", EXIT_PREEMPTED)
-            return EXIT_PREEMPTED
-        log.error(
-            "owner.json never named attempt %s within %s s ($%s): leaving the store "
-            "untouched, exit %d",
-            self.fence.attempt,
-            os.environ.get(contract.ENV_CLAIM_WAIT),
-            contract.ENV_CLAIM_WAIT,
-            EXIT_UNCLAIMED,
-        )
-        return EXIT_UNCLAIMED
+        return claim_exit(self.fence, self.info, stop=lambda: self.sigterm.received)
 
     def _fenced(self) -> bool:
         """All ranks agree whether rank 0 saw a newer owner (reads owner.json on rank 0)."""
