@@ -1,8 +1,9 @@
 """What the read commands need of a configuration, as plain values.
 
-`status`, `show`, `events` and `logs` need five things from a config: where the local
-market keeps its instances, its speed-up, which clouds are on (a sped-up clock only when the
-local market is alone), and the reconcile interval (when a silent daemon is stale). The
+`status`, `show`, `events` and `logs` need four things from a config beside where its
+database is: where the local market keeps its instances, its speed-up, which clouds are on
+(a sped-up clock only when the local market is alone), and the reconcile interval (when a
+silent daemon is stale). The
 validated `Config` holds them, but building it (pydantic and every cloud's settings) costs
 those commands more than their queries. So they read these values instead: from a `Config`
 the command validated itself, or from the daemon's record of the config it validated
