@@ -336,7 +336,15 @@ def test_rebalance_saves_early_and_the_notice_is_recorded_in_the_store(tmp_path:
             _wait(lambda: path.exists() and progress(ckpt)["step"] >= 2, timeout=90)
             assert not (ckpt / "latest").exists()  # no save on schedule
             aws.recommend_rebalance()
-            _wait(lambda: (ckpt / "latest").exists(), timeout=30)
+            # `latest` is written first, progress.json's record of the save after it: wait
+            # for both (reading progress.json the moment `latest` appears could miss it).
+            _wait(
+                lambda: (
+                    (ckpt / "latest").exists()
+                    and progress(ckpt).get("last_checkpoint_step") is not None
+                ),
+                timeout=30,
+            )
             early = progress(ckpt)
             assert early["early_signal"]["source"] == "aws-rebalance"
             assert proc.poll() is None  # still training
