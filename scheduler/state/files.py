@@ -25,8 +25,8 @@ DEFAULT_PATHS = ("./spotwise.toml", "/etc/spotwise/spotwise.toml")
 MAX_FILE_BYTES = 10 * 1024 * 1024
 
 
-def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
-    """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
+def read_text_file(path: Path, what: str) -> str:
+    """The text of a config or job file; every way it can be unreadable is one UserError."""
     try:
         st = path.stat()
         if stat.S_ISDIR(st.st_mode):
@@ -43,12 +43,17 @@ def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror or e}") from None
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UserError(
             f"{path}: not a text file (invalid UTF-8 at byte {e.start}); "
             "a config or job file is TOML text"
         ) from None
+
+
+def read_toml_file(path: Path, what: str) -> tuple[dict[str, Any], str]:
+    """(data, text) of a TOML file; every way it can be unreadable is one UserError."""
+    text = read_text_file(path, what)
     return parse_toml(text, str(path)), text
 
 

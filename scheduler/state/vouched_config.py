@@ -14,30 +14,27 @@ validating path, whose every error is `check-config`'s.
 from __future__ import annotations
 
 import json
-import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from scheduler.core.errors import UserError
 from scheduler.core.read_settings import ReadSettings
 from scheduler.core.state_dir import default_database_url, default_state_dir
 from scheduler.state import installed
-from scheduler.state.files import MAX_FILE_BYTES, find_config, source_digest
+from scheduler.state.files import find_config, read_text_file, source_digest
 from scheduler.state.read_connection import sqlite_file
 
 
 def config_text(given: str | Path | None) -> tuple[Path | None, str] | None:
     """(the config file found, its text; None and "" for the built-in defaults), or None
-    when it cannot be read as text here (the validating path says why)."""
+    when it cannot be read (the validating path says why)."""
     found = find_config(given)
     if found is None:
         return None, ""
     try:
-        st = found.stat()
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE_BYTES:
-            return None
-        return found, found.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+        return found, read_text_file(found, "config file")
+    except UserError:
         return None
 
 
@@ -78,13 +75,11 @@ def vouched(record_text: str | None, found: Path | None, text: str) -> ReadSetti
         return None
     if not isinstance(doc, dict):
         return None
-    if doc.get("source_sha256") != source_digest(text) or doc.get("spotwise") in (
-        None,
-        installed.UNKNOWN,
-    ):
+    if doc.get("source_sha256") != source_digest(text):
         return None
     if (doc.get("path") is None) != (found is None):  # a file the daemon did not read
         return None
-    if doc.get("spotwise") != installed.version():  # another spotwise's rules
+    # Another spotwise's rules, or one that cannot say which it is, vouch for nothing.
+    if doc.get("spotwise") in (None, installed.UNKNOWN) or doc["spotwise"] != installed.version():
         return None
     return ReadSettings.from_json(doc.get("read"))
