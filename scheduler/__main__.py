@@ -1,5 +1,5 @@
 """`python -m scheduler ...` is the `spotwise` command."""
 
-from scheduler.cli.app import main
+from scheduler.cli.app import run
 
-main()
+run()

@@ -139,11 +139,18 @@ def __getattr__(name: str) -> Any:
     return built
 
 
-def main() -> None:
-    """The `spotwise` console script: a failure a person can act on (a UserError, an
-    unusable database, a configured path that cannot be used) is one `error:` line per
-    problem and its exit code; anything else is a bug, and its traceback follows (the fuzz
-    tests drive this function with unusable values and allow none)."""
+def run() -> None:
+    """The `spotwise` console script and `python -m scheduler`: `main`, in a process of
+    its own, whose start-up is frozen once the command's module is loaded (see
+    lazy_group.freeze_start_up)."""
+    main(own_process=True)
+
+
+def main(*, own_process: bool = False) -> None:
+    """The command line: a failure a person can act on (a UserError, an unusable database,
+    a configured path that cannot be used) is one `error:` line per problem and its exit
+    code; anything else is a bug, and its traceback follows (the fuzz tests drive this
+    function with unusable values and allow none). `own_process`: see `run`."""
     if sys.argv[1:] == ["--version"]:
         sys.stdout.write(version_line())
         return
@@ -153,7 +160,12 @@ def main() -> None:
         if answer():
             return
     try:
-        __getattr__("app")()
+        app = __getattr__("app")
+        if own_process:
+            from scheduler.cli import lazy_group
+
+            lazy_group.freeze_start_up = True
+        app()
     except Exception as e:
         from scheduler.cli.common import exit_on_known_error
 

@@ -10,6 +10,7 @@ together. Each command's own help and every usage error stay Typer's (Rich).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from collections.abc import Callable, Iterator, MutableMapping
@@ -31,6 +32,14 @@ class Entry(Protocol):
 # Each module's commands, built once per process (the tests invoke the app many times).
 _groups: dict[str, Any] = {}
 
+# Set by app.run (a command in a process of its own): once the command's module is loaded,
+# everything alive is start-up state (modules, classes, the Typer application) that lives
+# until exit, and is frozen (gc.freeze): neither the command's collections nor the one at
+# exit walk it again, about 15 ms of a 120 ms `status`. None of it holds a file, connection
+# or process that only a collection closes: those come later, from the command, and are
+# collected as before. Not in the tests' process, which must keep collecting everything.
+freeze_start_up = False
+
 
 def load(entry: Entry) -> Any:
     """The click command `entry` names (None when an optional module is missing)."""
@@ -45,6 +54,8 @@ def load(entry: Entry) -> Any:
         group = _groups[entry.module] = typer.main.get_group(module.commands)
         for command in group.commands.values():
             plain_flags(command)
+        if freeze_start_up:
+            gc.freeze()
     return group.commands[entry.name]
 
 

@@ -258,7 +258,8 @@ def status(
                     count,
                 )
             return
-        # Byte for byte what print_json writes, much faster over thousands of rows.
+        # Byte for byte what print_json writes, much faster over thousands of rows, and
+        # written while it is encoded (see read_models.EncodedJson).
         if api is not None:
             doc = api.status_document(states, team, user)
             doc = read_models.document(
@@ -271,7 +272,8 @@ def status(
         else:
             jobs = read_models.job_rows_json(db, states=states, team=team)
             doc = read_models.document(jobs=jobs, daemon_warning=warning, daemon=lease)
-        sys.stdout.write(read_models.dumps_document(doc) + "\n")
+        read_models.write_document(doc, sys.stdout.write)
+        sys.stdout.write("\n")
         if failing:
             raise typer.Exit(3)
         return

@@ -8,13 +8,11 @@ passwords in URLs before anything is printed.
 
 from __future__ import annotations
 
-import difflib
 import math
-import tomllib
 from typing import TYPE_CHECKING, Any
 
-from providers.masking import mask_url_passwords
-
+# Every command imports this module; what only a failure or a config parse needs (difflib,
+# tomllib, the masker's patterns) is imported where it is used: about 7 ms of each start.
 if TYPE_CHECKING:  # every command imports this module: pydantic only where a model is built
     from pydantic import ValidationError
 
@@ -28,6 +26,8 @@ class UserError(Exception):
 def mask_urls(text: str) -> str:
     """'postgresql://user:secret@host/db' -> 'postgresql://user:***@host/db', anywhere in text
     (the one masker's URL rule, providers/masking.py; a config echo keeps its other words)."""
+    from providers.masking import mask_url_passwords
+
     return mask_url_passwords(text)
 
 
@@ -59,6 +59,8 @@ def format_validation_error(
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
             known = known_keys(model, e["loc"][:-1]) if model is not None else []
+            import difflib
+
             hits = difflib.get_close_matches(str(e["loc"][-1]), known, n=1, cutoff=0.6)
             msg = (
                 f"unknown key (did you mean {hits[0]!r}?)"
@@ -123,6 +125,8 @@ def _submodel(annotation: Any) -> Any:
 
 def parse_toml(text: str, source: str) -> dict[str, Any]:
     """tomllib.loads, with every failure (including ones tomllib does not wrap) a UserError."""
+    import tomllib
+
     if text.startswith("\ufeff"):  # a byte-order mark from some editors
         text = text[1:]
     try:

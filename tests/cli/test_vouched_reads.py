@@ -23,36 +23,42 @@ from scheduler.state.lease import DaemonRecord
 from scheduler.state.running_config import record
 from tests.support.cli_run import env
 
-# What the command imported, printed after it ran (it writes its own output first).
+# What the command imported, and how many objects its start-up froze, printed after it ran
+# (it writes its own output first). ENTRY: app.run, as the console script calls it, or main.
 _PROBE = (
-    "import sys\n"
-    "from scheduler.cli.app import main\n"
+    "import gc, sys\n"
+    "from scheduler.cli.app import ENTRY as entry\n"
     "sys.argv = ['spotwise', *sys.argv[1:]]\n"
     "try:\n"
-    "    main()\n"
+    "    entry()\n"
     "except SystemExit as e:\n"
     "    code = e.code\n"
     "else:\n"
     "    code = 0\n"
     "heavy = [m for m in ('pydantic', 'rich', 'sqlalchemy') if m in sys.modules]\n"
-    "print('IMPORTED', ','.join(heavy) or '-', code, file=sys.stderr)\n"
+    "print('IMPORTED', ','.join(heavy) or '-', code, gc.get_freeze_count(), file=sys.stderr)\n"
     "sys.exit(code)\n"
 )
 
 
-def _run(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+def _run(*args: str, entry: str = "run") -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """The command's output, and which heavy libraries it imported; its exit status is
     the process's."""
+    r, heavy, _ = _probe(*args, entry=entry)
+    return r, heavy
+
+
+def _probe(*args: str, entry: str) -> tuple[subprocess.CompletedProcess[str], set[str], int]:
     r = subprocess.run(
-        [sys.executable, "-c", _PROBE, *args],
+        [sys.executable, "-c", _PROBE.replace("ENTRY", entry), *args],
         capture_output=True,
         text=True,
         timeout=60,
         env=env(),
     )
     last = [line for line in r.stderr.splitlines() if line.startswith("IMPORTED ")][-1]
-    heavy = last.split()[1]
-    return r, set() if heavy == "-" else set(heavy.split(","))
+    heavy, frozen = last.split()[1], int(last.split()[3])
+    return r, set() if heavy == "-" else set(heavy.split(",")), frozen
 
 
 @pytest.fixture
@@ -81,6 +87,21 @@ def test_a_file_the_daemon_validated_is_not_validated_again(kept: Path) -> None:
     assert "local market at 30x" in r.stderr
     r, heavy = _run("status", "-o", "json", "-c", str(kept))
     assert json.loads(r.stdout)["jobs"] == [] and "pydantic" not in heavy
+
+
+def test_the_console_script_freezes_its_start_up_and_main_in_another_process_does_not(
+    kept: Path,
+) -> None:
+    """The console script (app.run) freezes what its start-up made (the collections skip
+    it); the tests' in-process main() must not (their process keeps collecting). Both
+    leave the state directory as they found it: nothing the command opened stays open."""
+    state = kept.parent / "state"
+    before = sorted(p.name for p in state.iterdir())
+    for entry, frozen in (("run", True), ("main", False)):
+        r, _, count = _probe("status", "-o", "json", "-c", str(kept), entry=entry)
+        assert r.returncode == 0 and json.loads(r.stdout)["jobs"] == [], r.stderr
+        assert (count > 10_000) is frozen and (count == 0) is not frozen, (entry, count)
+        assert sorted(p.name for p in state.iterdir()) == before  # no -wal or -shm left
 
 
 def test_an_edited_file_is_validated_and_a_bad_one_refused_as_check_config_does(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 from datetime import timedelta
+from itertools import product
 
 import pytest
 from hypothesis import given, settings
@@ -20,6 +21,7 @@ from scheduler.core.states import JobState
 from scheduler.daemon.controllers.job.ends import AttemptEnds
 from scheduler.daemon.controllers.job.writes import DecisionWriter
 from scheduler.state import read_models
+from scheduler.state.read_connection import open_for_reading
 from tests.support.fakes import NOW, offering
 
 
@@ -281,15 +283,20 @@ def test_status_json_is_the_rows_json_dumps_writes_byte_for_byte(make_world):
     by_id = {r["id"]: r for r in rows}
     assert by_id[same[0]]["instance_id"] == w.attempts(same[0])[1].instance_id  # the latest
     assert by_id[same[1]]["instance_id"] is None and by_id[same[1]]["state"] == "SUCCEEDED"
-    for kw in ({}, {"states": ["running"]}, {"team": "nobody"}):
+    # the engine (sorted by Python) and the CLI's sqlite3 file (sorted by SQLite)
+    for db, kw in product(
+        (w.rec.engine, open_for_reading(str(w.rec.engine.url))),
+        ({}, {"states": ["running"]}, {"team": "nobody"}),
+    ):
         expected = read_models.document(
             jobs=read_models.job_rows(w.rec.engine, **kw), daemon_warning="w"
         )
-        fast = read_models.document(
-            jobs=read_models.job_rows_json(w.rec.engine, **kw), daemon_warning="w"
-        )
+        fast = read_models.document(jobs=read_models.job_rows_json(db, **kw), daemon_warning="w")
         text = json.dumps(expected, indent=2, default=read_models.json_default)
         assert read_models.dumps_document(fast) == text, kw
+        written: list[str] = []
+        read_models.write_document(fast, written.append)
+        assert "".join(written) == text, kw
     assert json.loads(text)["jobs"] == []  # the last filter matched nothing: "[]" as well
 
 
@@ -312,9 +319,12 @@ def test_status_rows_are_active_first_then_newest_then_by_id_with_the_latest_att
         for j in jobs
         if j.id in latest and latest[j.id].state is not AttemptState.ENDED
     }
+    file = open_for_reading(str(w.rec.engine.url))  # the CLI's way in: SQLite sorts
     for rows in (
         read_models.job_rows(w.rec.engine),
         json.loads(read_models.job_rows_json(w.rec.engine).text),
+        read_models.job_rows(file),
+        json.loads(read_models.job_rows_json(file).text),
     ):
         assert [r["id"] for r in rows] == [j.id for j in expected]
         assert {r["id"]: r["instance_id"] for r in rows} == {j.id: shown.get(j.id) for j in jobs}
@@ -340,25 +350,34 @@ def test_times_converted_a_column_at_a_time_are_json_defaults(stored):
 @given(
     st.integers(1, 4).flatmap(
         lambda width: st.lists(
-            st.lists(
-                st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
-                min_size=width,
-                max_size=width,
+            st.tuples(
+                *[
+                    st.none()
+                    | st.booleans()
+                    | st.integers()
+                    | st.floats(allow_nan=False)
+                    | st.text()
+                ]
+                * width
             ),
-            max_size=4,
+            max_size=7,
         ).map(lambda rows: (width, rows))
-    )
+    ),
+    st.integers(1, 3),
 )
-def test_a_table_encoded_by_columns_is_what_json_dumps_writes(table):
+def test_a_table_encoded_in_pieces_by_columns_is_what_json_dumps_writes(table, rows_per_piece):
     width, rows = table
     fields = tuple(f"f{i}" for i in range(width))
     dicts = [dict(zip(fields, r, strict=True)) for r in rows]
     expected = json.dumps({"rows": dicts}, indent=2)
-    flat = [v for r in rows for v in r]
-    got = read_models.dumps_document(
-        {"rows": read_models.EncodedJson(read_models._encode_table(fields, flat))}
+    encoded = read_models.EncodedJson(
+        lambda: read_models._encode_table(fields, rows, rows_per_piece=rows_per_piece)
     )
-    assert got == expected
+    assert read_models.dumps_document({"rows": encoded}) == expected
+    written: list[str] = []
+    read_models.write_document({"rows": encoded}, written.append)
+    assert "".join(written) == expected  # encoded afresh, written as it is encoded
+    assert len(written) >= 2 + -(-len(rows) // rows_per_piece)
 
 
 def test_a_late_end_refunds_into_the_earlier_hours_bucket(make_world):
