@@ -13,19 +13,18 @@ if TYPE_CHECKING:  # the real imports are lazy (module __getattr__): the schedul
     from trainer.preemptible import Preemptible
     from trainer.preemption import ignore_stop_signals
 
+# The exit codes the scheduler reads are the contract's, defined once there (trainer/contract.py):
+# EXIT_PREEMPTED (75) preempted, a durable checkpoint was written, start the same command again;
+# EXIT_FENCED (76) a newer attempt owns the store (owner.json), this one stopped untouched;
+# EXIT_UNCLAIMED (78) the store was never handed to this attempt within $SPOTWISE_CLAIM_WAIT.
+from trainer.contract import EXIT_FENCED, EXIT_PREEMPTED, EXIT_UNCLAIMED
+
 EXIT_OK = 0
 """Training finished (``DONE`` written) or was already finished."""
 EXIT_FAILED = 1
 """Unexpected error (traceback printed)."""
 EXIT_USAGE = 2
 """Bad configuration or command line (one clear message, no traceback)."""
-EXIT_PREEMPTED = 75
-"""Preempted: a durable checkpoint was written; start the same command again to resume."""
-EXIT_FENCED = 76
-"""A newer attempt owns the checkpoint store (``owner.json``); this one stopped untouched."""
-EXIT_UNCLAIMED = 78
-"""Started beside a saving predecessor ($SPOTWISE_CLAIM_WAIT), the store was never handed to
-this attempt in time; nothing was written."""
 
 __all__ = [
     "EXIT_FAILED",
