@@ -24,11 +24,11 @@ NETWORK_REFRESH = CATALOG_REFRESH
 # a just-launched id can be missing from DescribeInstances for a while. The scheduler waits
 # this long after the attempt's launch time before believing a NOT_FOUND; minutes, not
 # seconds, because a slow region under load is exactly when a double launch costs most.
+VISIBILITY_DELAY = timedelta(minutes=5)
+
 # A Spot Instance interruption notice comes "two minutes before Amazon EC2 stops or
 # terminates your Spot Instance" (EC2 User Guide, "Spot Instance interruption notices").
 NOTICE_WINDOW = timedelta(minutes=2)
-
-VISIBILITY_DELAY = timedelta(minutes=5)
 
 # How long EC2 remembers a RunInstances ClientToken. "A client token is valid for at least
 # 24 hours after the termination of the instance" - Amazon EC2 API Reference, "Ensuring

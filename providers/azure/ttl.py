@@ -14,11 +14,11 @@ CATALOG_REFRESH = timedelta(days=1)
 
 # ARM is read-your-writes for a PUT it accepted (201): the VM is visible at once in state
 # Creating. A short grace still covers a reply lost between ARM and us.
+VISIBILITY_DELAY = timedelta(seconds=30)
+
 # A Spot VM's eviction comes as a Scheduled Events `Preempt` whose NotBefore is "a minimum
 # of 30 seconds" away (Azure Instance Metadata Service, Scheduled Events: event scheduling).
 NOTICE_WINDOW = timedelta(seconds=30)
-
-VISIBILITY_DELAY = timedelta(seconds=30)
 
 # Long-running operations we do wait on (a NIC or public IP, seconds in practice). The VM
 # create and every delete are never waited on: their outcome is read by describe().

@@ -28,7 +28,7 @@ def read_epoch(state_dir: Path) -> datetime | None:
     commands use: they must not create the state they only look at)."""
     try:
         text = (state_dir / EPOCH_FILE).read_text().strip()
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a path no file can have (a NUL in it)
         return None
     try:
         return datetime.fromisoformat(text) if text else None

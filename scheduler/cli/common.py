@@ -131,9 +131,9 @@ class StdoutLines:
 
     def __init__(self) -> None:
         self.terminal = stdout_is_terminal()
-        env = os.environ.get("COLUMNS", "")
-        # out_console's width off a terminal: $COLUMNS, else wide enough not to fold.
-        self.width = int(env) if env.isdigit() and int(env) > 0 else 200
+        # out_console's width off a terminal (the only place it is used): $COLUMNS, else
+        # wide enough not to fold.
+        self.width = 0 if self.terminal else terminal_width() or 200
         self._console: Console | None = None
 
     @property

@@ -16,7 +16,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -45,9 +45,6 @@ from scheduler.cli.common import (
     when,
     zone_name,
 )
-
-if TYPE_CHECKING:
-    pass
 
 commands = typer.Typer()
 

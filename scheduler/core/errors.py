@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-# Every command imports this module; what only a failure or a config parse needs (difflib,
-# tomllib, the masker's patterns) is imported where it is used: about 7 ms of each start.
-if TYPE_CHECKING:  # every command imports this module: pydantic only where a model is built
+# Every command imports this module: what only a failure or a config parse needs (difflib,
+# tomllib, the masker's patterns, pydantic) is imported where it is used, about 7 ms of
+# each start.
+if TYPE_CHECKING:
     from pydantic import ValidationError
 
 

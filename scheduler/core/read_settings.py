@@ -12,9 +12,10 @@ the command validated itself, or from the daemon's record of the config it valid
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 if TYPE_CHECKING:  # this module is on every read command's path: the standard library only
     from scheduler.core.config import Config
@@ -80,14 +81,13 @@ class ReadSettings:
         interval, clouds = doc.get("reconcile_interval_s"), doc.get("clouds")
         speedup, local_dir = doc.get("local_speedup"), doc.get("local_state_dir")
         if (
-            not isinstance(interval, int | float)
-            or isinstance(interval, bool)
-            or interval <= 0
+            not _positive(interval)
             or not isinstance(clouds, list)
             or not all(c in CLOUDS for c in clouds)
-            or not (speedup is None or (isinstance(speedup, int | float) and speedup > 0))
+            or not (speedup is None or _positive(speedup))
             or not isinstance(local_dir, str)
             or not local_dir.startswith("/")
+            or "\x00" in local_dir  # no file has such a name: the record was edited
         ):
             return None
         return cls(
@@ -96,3 +96,14 @@ class ReadSettings:
             local_speedup=None if speedup is None else float(speedup),
             local_state_dir=Path(local_dir),
         )
+
+
+def _positive(value: Any) -> TypeGuard[float]:
+    """A finite number above zero, as the config's validation allows (JSON also reads
+    Infinity and NaN, and a bool is an int to Python)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )

@@ -14,11 +14,10 @@ validating path, whose every error is `check-config`'s.
 from __future__ import annotations
 
 import json
-import tomllib
 from pathlib import Path
 from typing import Any
 
-from scheduler.core.errors import UserError
+from scheduler.core.errors import UserError, parse_toml
 from scheduler.core.read_settings import ReadSettings
 from scheduler.core.state_dir import default_database_url, default_state_dir
 from scheduler.state import installed
@@ -43,8 +42,8 @@ def sqlite_database(text: str) -> Path | None:
     under its `daemon.state_dir`), read without validating; None for any other database or
     anything that is not plainly a string where one belongs."""
     try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError:
+        doc = parse_toml(text, "")  # every failure a UserError: the validating path says it
+    except UserError:
         return None
     daemon: Any = doc.get("daemon", {})
     if not isinstance(daemon, dict):

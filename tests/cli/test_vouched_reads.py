@@ -152,3 +152,45 @@ def test_show_prints_the_same_either_way_and_without_rich_when_piped(kept: Path)
     slow, heavy = _run("show", job_id, "-c", str(kept))
     assert slow.returncode == 0 and "pydantic" in heavy, slow.stderr
     assert fast.stdout == slow.stdout and job_id in fast.stdout
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("reconcile_interval_s", float("inf")),
+        ("reconcile_interval_s", True),
+        ("local_speedup", float("nan")),
+        ("local_state_dir", "/tmp/state\x00edited"),
+    ],
+)
+def test_a_record_edited_past_what_the_config_allows_vouches_for_nothing(
+    kept: Path, key: str, value: object
+) -> None:
+    """The record's values are trusted only as the config's validation would allow them
+    (JSON reads Infinity and NaN; no path holds a NUL): anything else takes the validating
+    path, which reads the operator's file, not the record."""
+    url = f"sqlite:///{kept.parent / 'state' / 'spotwise.db'}"
+    engine = open_db(url)
+    with engine.begin() as c:
+        text = c.exec_driver_sql("SELECT config_json FROM daemonlease").scalar_one()
+        doc = json.loads(text)
+        doc["read"][key] = value
+        c.exec_driver_sql("UPDATE daemonlease SET config_json = ?", (json.dumps(doc),))
+    engine.dispose()
+    r, heavy = _run("status", "-c", str(kept))
+    assert r.returncode == 0 and "pydantic" in heavy, r.stderr
+    assert "local market at 30x" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["n = " + "9" * 5000 + "\n", "a = " + "[" * 2000 + "]" * 2000 + "\n"],
+    ids=["a 5000-digit integer", "nested 2000 deep"],
+)
+def test_a_config_the_fast_path_cannot_parse_is_one_error_line(tmp_path: Path, text: str) -> None:
+    cfg = tmp_path / "spotwise.toml"
+    cfg.write_text(text)
+    r, _ = _run("status", "-c", str(cfg))
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    (line,) = [x for x in r.stderr.splitlines() if x.startswith("error:")]
+    assert "not valid TOML" in line
