@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 
-from providers.base import EndReason
+import pytest
+
+from providers.base import EndReason, FailureKind, LaunchFailure, NotPermitted
 from scheduler.core.states import AttemptEnd, AttemptState, JobState
 from scheduler.daemon.reconcile import Reconciler
 from scheduler.state.db import open_db
@@ -16,6 +18,7 @@ from trainer import contract
 
 POOL_A = "aws/us-east-1a/p3.2xlarge/spot"
 POOL_B = "aws/us-east-1b/p3.2xlarge/spot"
+MISSING = "ec2:RunInstances on arn:aws:ec2:us-east-1:1:instance/*"
 
 
 def _owner(w, jid: str) -> int | None:  # type: ignore[no-untyped-def]
@@ -189,3 +192,37 @@ def test_a_gang_keeps_the_ordinary_path(make_world):
     assert first.end_reason is AttemptEnd.INTERRUPTED
     assert second.replaces is None and not second.claim_pending
     assert second.created_at >= first.ended_at
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["raised", "described"])
+def test_one_placement_per_notice_when_the_placed_attempt_fails_to_launch(make_world, at_once):
+    """The attempt placed on the notice fails to launch (refused by launch itself, or seen
+    failed by describe): no other is placed beside the noticed one, which would be a new
+    attempt every pass, none settled. Once the noticed one ends, the ordinary path settles
+    both: the interruption counted, then the failed launch acted on, and the job placed."""
+    w, jid, a = _running(make_world)
+    if at_once:
+        w.provider.fail_launch[POOL_B] = NotPermitted(f"aws run_instances: no {MISSING}", MISSING)
+    else:
+        w.provider.fail_later[POOL_B] = LaunchFailure(FailureKind.SETUP, "fake: no boot", POOL_B)
+    w.provider.notice(a.instance_id)
+    w.tick(5, n=2)
+    old, failed = w.attempts(jid)
+    assert failed.replaces == old.id and failed.end_reason is AttemptEnd.LAUNCH_FAILED
+    w.tick(5, n=4)
+    old, failed = w.attempts(jid)  # still these two: nothing more placed beside the old one
+    assert old.state is AttemptState.RUNNING and _owner(w, jid) == 1
+    job = w.job(jid)
+    assert job.state is JobState.RUNNING and job.settled_attempt != failed.id
+    w.provider.fail_launch.clear()
+    w.provider.fail_later.clear()
+    w.provider.end(a.instance_id, EndReason.INTERRUPTED)
+    w.tick(5)
+    job = w.job(jid)
+    # As after any failed launch: settled (no failure drawn from max_attempts, no back-off),
+    # the interruption counted once, and the job placed again the ordinary way.
+    assert job.settled_attempt == failed.id and job.recoveries == 1 and job.failures == 0
+    third = w.attempts(jid)[2]
+    assert third.replaces is None and not third.claim_pending and third.pool == POOL_B
+    w.tick(5, n=3)
+    assert len(w.attempts(jid)) == 3 and w.job(jid).state is JobState.RUNNING

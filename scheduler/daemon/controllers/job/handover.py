@@ -40,9 +40,17 @@ def may_place_beside(
     """Whether the job's next attempt is placed now, beside its live one: a single-node job
     that asks for it, running on its only live attempt, which has a notice and was not asked
     to stop, with a spec that still validates, no back-off, and an interruption left to
-    recover (`max_preemptions`: the job's, else the daemon's)."""
+    recover (`max_preemptions`: the job's, else the daemon's).
+
+    One placement per notice: the live attempt must also be the job's newest. An attempt
+    placed beside it that failed to launch is left unsettled while the noticed one runs (its
+    end is acted on with the noticed one's, by the ordinary path); placing again would make
+    an attempt every pass, none counted toward the job's failures or back-off."""
     if live.nodes != 1 or snap.live_count.get(job.id, 0) != 1:
         return False
+    newest = snap.last.get(job.id)
+    if newest is None or newest.id != live.id:
+        return False  # an attempt was already placed beside this one (and has ended)
     if live.state is not AttemptState.RUNNING or live.stop_requested_at is not None:
         return False
     if job.state is not JobState.RUNNING or job.cancel_requested:
