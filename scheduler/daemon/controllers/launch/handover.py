@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 
+from providers.base import Capabilities
 from scheduler.core.clock import Clock
 from scheduler.core.config import Config
 from scheduler.core.states import AttemptState
@@ -35,6 +36,8 @@ log = logging.getLogger("spotwise.reconcile")
 
 # What the new trainer waits beyond the predecessor's window: a few passes, the claim's write.
 CLAIM_WAIT_MARGIN = timedelta(minutes=2)
+# The notice window of a provider no longer configured: the default a cloud's capabilities have.
+DEFAULT_NOTICE_WINDOW = Capabilities().notice_window
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +60,7 @@ def window(clouds: Clouds, provider: str | None, cfg: Config) -> timedelta:
     """How long after its notice an attempt may still be saving: its cloud's notice window
     plus `[daemon] handover_grace`."""
     p = clouds.get(provider) if provider else None
-    notice = p.capabilities.notice_window if p is not None else timedelta(minutes=2)
+    notice = p.capabilities.notice_window if p is not None else DEFAULT_NOTICE_WINDOW
     return notice + cfg.daemon.handover_grace
 
 
