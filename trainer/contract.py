@@ -29,6 +29,7 @@ them; the daemon ignores those another job wrote (``written_by()``).
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -271,13 +272,19 @@ def my_attempt(env: dict[str, str] | None = None) -> int | None:
 
 def claim_wait(env: dict[str, str] | None = None) -> float | None:
     """Seconds to wait for owner.json to name this attempt ($SPOTWISE_CLAIM_WAIT), or None
-    when the store is this attempt's from the start (unset, empty, not a positive number)."""
+    when the store is this attempt's from the start (unset or empty). Raises ValueError, one
+    line naming the variable and its value, for anything else that is not a finite number
+    > 0: starting at once would be the very race the wait prevents."""
     raw = (os.environ if env is None else env).get(ENV_CLAIM_WAIT, "").strip()
+    if not raw:
+        return None
     try:
         seconds = float(raw)
     except ValueError:
-        return None
-    return seconds if seconds > 0 and seconds == seconds and seconds != float("inf") else None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{ENV_CLAIM_WAIT}: expected seconds > 0, got {raw!r}")
+    return seconds
 
 
 def fenced(owner_text: str | None, attempt: int | None, job_id: str | None = None) -> bool:

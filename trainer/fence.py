@@ -14,12 +14,12 @@ its write. Once tripped it never writes to the store again and exits ``EXIT_FENC
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from trainer import contract
+from trainer.config import ConfigError
 from trainer.storage import Store
 
 if TYPE_CHECKING:
@@ -59,6 +59,7 @@ def await_claim(
         owner = contract.owner_attempt(text)
         if contract.fenced(text, attempt, job_id):
             return "fenced"
+        # Not implied by `not fenced`: for job_id "" `fenced` sees no job, `ours` another one.
         if owner == attempt and contract.ours(text, job_id):
             if said:
                 log.info("owner.json names attempt %d: resuming from latest", attempt)
@@ -103,16 +104,21 @@ class Fence:
             return self.tripped
         text = self.store.read_text(contract.OWNER)
         if contract.fenced(text, self.attempt, self.job_id):
-            self.tripped = True
-            self.owner = contract.owner_attempt(text)
-            self.owner_job = contract.written_by(text)
-            log.error(self.message())
+            self._trip(text)
         elif not self._latest_seen:
             # The first check is at start, before any save: `latest` as this attempt found
             # it is what its first `advance` is conditional on. Read after owner.json, so a
             # claim that moved `latest` before this read has already moved the owner too.
             self.observe_latest()
         return self.tripped
+
+    def _trip(self, owner_text: str | None) -> None:
+        """Stick at tripped, remembering the owner in `owner_text` (owner.json as read), and
+        log the one ``fenced: ...`` line (``check``, and ``claim_exit`` on a newer owner)."""
+        self.tripped = True
+        self.owner = contract.owner_attempt(owner_text)
+        self.owner_job = contract.written_by(owner_text)
+        log.error(self.message())
 
     def observe_latest(self) -> None:
         """Remember the version of ``latest`` now: this attempt's first ``advance`` is
@@ -161,14 +167,20 @@ _CLAIM_OUTCOMES = ("owned", "fenced", "stopped", "timeout")
 def claim_exit(fence: Fence, info: DistInfo, stop: Callable[[], bool]) -> int | None:
     """`await_claim` on rank 0 for ``$SPOTWISE_CLAIM_WAIT`` seconds, every rank agreeing:
     None to go on, else the exit code, the store untouched (the trainer and `Preemptible`
-    both start this way)."""
+    both start this way). A set but bad ``$SPOTWISE_CLAIM_WAIT`` is a ConfigError (exit 2)."""
     from trainer import distributed
 
+    try:  # every rank: a bad value is exit 2 everywhere, not rank 0 alone
+        seconds = contract.claim_wait()
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     outcome = "owned"
     if info.rank == 0:
-        outcome = await_claim(
-            fence.store, fence.attempt, fence.job_id, contract.claim_wait(), stop=stop
-        )
+        outcome = await_claim(fence.store, fence.attempt, fence.job_id, seconds, stop=stop)
+        if outcome == "fenced":
+            # The one `fenced: ...` line a tripped fence logs, the owner read again for its
+            # names (not `check()`: it would also read `latest`, this attempt's no longer).
+            fence._trip(fence.store.read_text(contract.OWNER))
     index = distributed.sum_across([float(_CLAIM_OUTCOMES.index(outcome))], info)[0]
     outcome = _CLAIM_OUTCOMES[int(index)]
     if outcome == "owned":
@@ -179,9 +191,9 @@ def claim_exit(fence: Fence, info: DistInfo, stop: Callable[[], bool]) -> int | 
         log.warning("SIGTERM while waiting for the store: exit %d", contract.EXIT_PREEMPTED)
         return contract.EXIT_PREEMPTED
     log.error(
-        "owner.json never named attempt %s within %s s ($%s): leaving the store untouched, exit %d",
+        "owner.json never named attempt %s within %g s ($%s): leaving the store untouched, exit %d",
         fence.attempt,
-        os.environ.get(contract.ENV_CLAIM_WAIT),
+        seconds,
         contract.ENV_CLAIM_WAIT,
         contract.EXIT_UNCLAIMED,
     )

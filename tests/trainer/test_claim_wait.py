@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.trainer_runs import REPO, env, progress, run_trainer, tiny_args
-from trainer import EXIT_OK, EXIT_PREEMPTED, EXIT_UNCLAIMED, contract
+from trainer import EXIT_FENCED, EXIT_OK, EXIT_PREEMPTED, EXIT_UNCLAIMED, EXIT_USAGE, contract
 from trainer.checkpoint import parse_latest
 from trainer.fence import await_claim
 from trainer.storage import open_store
@@ -113,16 +113,20 @@ def test_gives_up_untouched_when_the_store_is_never_handed_over(tmp_path):
 def test_sigterm_while_waiting_exits_75_having_written_nothing(tmp_path):
     ckpt = tmp_path / "c"
     _owner(ckpt, 1)
-    proc = _start(tiny_args(ckpt), SPOTWISE_ATTEMPT="2", SPOTWISE_CLAIM_WAIT="60")
+    log = tmp_path / "trainer.log"
+    with log.open("w") as sink:
+        proc = _start(tiny_args(ckpt), sink, SPOTWISE_ATTEMPT="2", SPOTWISE_CLAIM_WAIT="60")
     try:
-        time.sleep(4)  # up and waiting
-        assert proc.poll() is None
+        waiting = "waiting up to 60s for owner.json to name attempt 2"
+        _wait(lambda: waiting in log.read_text(), "the trainer waits for the store", proc, 60)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
+    err = log.read_text()
     assert proc.returncode == EXIT_PREEMPTED, err[-2000:]
+    assert "SIGTERM while waiting for the store" in err
     assert not (ckpt / contract.PROGRESS).exists() and not (ckpt / contract.LATEST).exists()
 
 
@@ -137,8 +141,46 @@ def test_await_claim_outcomes(tmp_path):
     _owner(tmp_path, 2)
     assert await_claim(store, 2, JOB, 5) == "owned"
     assert contract.claim_wait({"SPOTWISE_CLAIM_WAIT": "12.5"}) == 12.5
-    for bad in ("", "0", "-3", "nan", "inf", "soon"):
-        assert contract.claim_wait({"SPOTWISE_CLAIM_WAIT": bad}) is None
+
+
+def test_claim_wait_unset_or_empty_is_no_wait_anything_else_bad_is_a_usage_error():
+    assert contract.claim_wait({}) is None
+    for empty in ("", "  "):
+        assert contract.claim_wait({"SPOTWISE_CLAIM_WAIT": empty}) is None
+    for bad in ("0", "-3", "nan", "inf", "-inf", "soon"):
+        with pytest.raises(ValueError) as e:
+            contract.claim_wait({"SPOTWISE_CLAIM_WAIT": bad})
+        assert str(e.value) == f"SPOTWISE_CLAIM_WAIT: expected seconds > 0, got {bad!r}"
+
+
+@pytest.mark.timeout(90)
+def test_a_bad_claim_wait_exits_2_with_one_line_having_touched_nothing(tmp_path):
+    ckpt = tmp_path / "c"
+    _owner(ckpt, 1)
+    out = run_trainer(
+        tiny_args(ckpt), SPOTWISE_JOB_ID=JOB, SPOTWISE_ATTEMPT="2", SPOTWISE_CLAIM_WAIT="inf"
+    )
+    assert out.returncode == EXIT_USAGE, out.stderr[-2000:]
+    line = "trainer: error: SPOTWISE_CLAIM_WAIT: expected seconds > 0, got 'inf'"
+    assert [ln for ln in out.stderr.splitlines() if "SPOTWISE_CLAIM_WAIT" in ln] == [line]
+    assert "Traceback" not in out.stderr and "waiting up to" not in out.stderr
+    assert sorted(p.name for p in ckpt.iterdir()) == [contract.OWNER]
+
+
+@pytest.mark.timeout(90)
+def test_a_newer_owner_while_waiting_exits_76_with_the_fenced_line(tmp_path):
+    ckpt = tmp_path / "c"
+    _owner(ckpt, 3)
+    out = run_trainer(
+        tiny_args(ckpt), SPOTWISE_JOB_ID=JOB, SPOTWISE_ATTEMPT="2", SPOTWISE_CLAIM_WAIT="60"
+    )
+    assert out.returncode == EXIT_FENCED, out.stderr[-2000:]
+    fenced = [ln for ln in out.stderr.splitlines() if "fenced: " in ln]
+    assert len(fenced) == 1, out.stderr[-2000:]
+    assert f"{contract.OWNER} names attempt 3, this is attempt 2" in fenced[0]
+    assert f"exit {EXIT_FENCED}" in fenced[0]
+    assert "Traceback" not in out.stderr
+    assert sorted(p.name for p in ckpt.iterdir()) == [contract.OWNER]
 
 
 @pytest.mark.timeout(90)
